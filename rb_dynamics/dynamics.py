@@ -28,21 +28,21 @@ from .spatial import (
 )
 
 __all__ = [
-    "rnea",
-    "gravity",
-    "nonlinear_effects",
-    "crba",
     "aba",
-    "forward_dynamics_crba",
     "body_transforms",
-    "link_pose",
-    "link_jacobian",
     "center_of_mass",
-    "subtree_centers_of_mass",
-    "kinetic_energy",
-    "potential_energy",
     "centroidal_momentum",
     "check_vector",
+    "crba",
+    "forward_dynamics_crba",
+    "gravity",
+    "kinetic_energy",
+    "link_jacobian",
+    "link_pose",
+    "nonlinear_effects",
+    "potential_energy",
+    "rnea",
+    "subtree_centers_of_mass",
 ]
 
 Wrenches = Mapping[str, np.ndarray]
@@ -195,7 +195,10 @@ def crba(model: Model, q) -> np.ndarray:
     for i in range(model.n_bodies):
         dofs_i, scale_i = _dof(model, i)
         F = IC[i] @ model.S[i]  # composite inertia times S_i: the force that accelerates i
-        H[..., dofs_i, dofs_i] += scale_i * scale_i * (model.S[i].T @ F)
+        block = model.S[i].T @ F
+        if block.shape[-1] > 1:  # exact symmetry for multi-DoF joints, whatever the rounding
+            block = 0.5 * (block + np.swapaxes(block, -1, -2))
+        H[..., dofs_i, dofs_i] += scale_i * scale_i * block
         j = i
         while model.parent[j] >= 0:
             F = np.swapaxes(Xup[j], -1, -2) @ F

@@ -18,7 +18,7 @@ import numpy as np
 from .joints import JointModel, motion_subspace
 from .spatial import mcI, plux, rotation_about_axis, rpy_to_matrix
 
-__all__ = ["URDFError", "Model", "Frame", "load_model", "DEFAULT_GRAVITY"]
+__all__ = ["DEFAULT_GRAVITY", "Frame", "Model", "URDFError", "load_model"]
 
 DEFAULT_GRAVITY = (0.0, 0.0, -9.81)
 MAX_URDF_BYTES = 20_000_000
@@ -118,9 +118,11 @@ class Model:
 
     def summary(self) -> str:
         lines = [
-            f"model {self.name!r}: {self.n_bodies} bodies, nq={self.nq}, nv={self.nv}, "
-            f"total mass {self.total_mass:.4g} kg, "
-            f"{'floating' if self.floating_base else 'fixed'} base at link {self.root_link!r}",
+            (
+                f"model {self.name!r}: {self.n_bodies} bodies, nq={self.nq}, nv={self.nv}, "
+                f"total mass {self.total_mass:.4g} kg, "
+                f"{'floating' if self.floating_base else 'fixed'} base at link {self.root_link!r}"
+            ),
             f"gravity {np.array2string(self.gravity, precision=4)}",
         ]
         for name, kind, qi, vi in zip(
@@ -306,7 +308,7 @@ def _parse_joint(elem: ET.Element) -> _Joint:
 
 
 def _read_source(source: str | Path) -> str:
-    if isinstance(source, Path) or not str(source).lstrip().startswith("<"):
+    if isinstance(source, Path) or "<" not in str(source):
         path = Path(source)
         if not path.is_file():
             raise URDFError(f"URDF file {str(path)!r} does not exist")

@@ -8,8 +8,8 @@ Joint order can differ, so everything is mapped by joint name.
 from __future__ import annotations
 
 import glob
-import re
 import os
+import re
 import sys
 
 import numpy as np
