@@ -19,7 +19,7 @@ import numpy as np
 
 from .spatial import plux, quat_to_matrix, rotation_about_axis
 
-__all__ = ["JointModel", "JOINT_DIMENSIONS", "motion_subspace", "jcalc"]
+__all__ = ["JOINT_DIMENSIONS", "JointModel", "jcalc", "motion_subspace"]
 
 JOINT_DIMENSIONS = {"revolute": (1, 1), "prismatic": (1, 1), "planar": (3, 3), "free": (7, 6)}
 

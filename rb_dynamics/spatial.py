@@ -11,19 +11,19 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = [
-    "skew",
-    "rotation_about_axis",
-    "rpy_to_matrix",
-    "quat_to_matrix",
-    "matrix_to_quat",
-    "plux",
-    "plux_inverse",
-    "transform_parts",
-    "crm",
     "crf",
+    "crm",
+    "force_apply_transpose",
+    "matrix_to_quat",
     "mcI",
     "motion_apply",
-    "force_apply_transpose",
+    "plux",
+    "plux_inverse",
+    "quat_to_matrix",
+    "rotation_about_axis",
+    "rpy_to_matrix",
+    "skew",
+    "transform_parts",
 ]
 
 
