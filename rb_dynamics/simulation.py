@@ -1,0 +1,175 @@
+"""Forward-dynamics simulation: configuration integration and explicit integrators.
+
+``integrate(model, q, v, dt)`` moves q along v on the configuration manifold: exact exponential
+maps for free-flyer (SE(3), quaternion kept unit) and planar (SE(2)) joints, q + v·dt for the
+rest. Integrators hold the torque constant over a step (a zero-order hold, like a controller
+that updates once per step):
+
+- ``semi_implicit_euler``: v⁺ = v + a·dt, q⁺ = q ⊕ v⁺·dt (symplectic, cheap, good for real time);
+- ``rk4``: classical Runge–Kutta 4 with the stage configurations q ⊕ k·dt.
+
+Joint damping and Coulomb friction (URDF ``<dynamics>``, Coulomb smoothed by tanh(q̇/ε)) act
+as resisting torques. Position limits act as inelastic stops: a joint that would pass a limit
+is put on it and its velocity into the limit is zeroed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import dynamics
+from .model import Model
+from .spatial import quat_to_matrix, skew
+
+__all__ = [
+    "INTEGRATORS",
+    "SimulationStep",
+    "apply_position_limits",
+    "integrate",
+    "joint_losses",
+    "normalize_configuration",
+    "step",
+]
+
+INTEGRATORS = ("semi_implicit_euler", "rk4")
+ForwardDynamics = Callable[..., np.ndarray]
+
+
+def _so3_left_jacobian(phi: np.ndarray) -> np.ndarray:
+    theta = float(np.linalg.norm(phi))
+    K = skew(phi)
+    if theta < 1e-6:
+        return np.eye(3) + 0.5 * K + K @ K / 6.0
+    return (np.eye(3) + (1 - math.cos(theta)) / theta**2 * K
+            + (theta - math.sin(theta)) / theta**3 * (K @ K))
+
+
+def _quat_multiply(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    ax, ay, az, aw = a
+    bx, by, bz, bw = b
+    return np.array([
+        aw * bx + ax * bw + ay * bz - az * by,
+        aw * by - ax * bz + ay * bw + az * bx,
+        aw * bz + ax * by - ay * bx + az * bw,
+        aw * bw - ax * bx - ay * by - az * bz,
+    ])
+
+
+def integrate(model: Model, q: np.ndarray, v: np.ndarray, dt: float = 1.0) -> np.ndarray:
+    """q ⊕ v·dt (Pinocchio's ``integrate``)."""
+    out = np.array(q, dtype=float)
+    for kind, qi, vi in zip(model.joint_kinds, model.joint_q_index, model.joint_v_index):
+        if kind == "free":
+            quat = out[qi + 3:qi + 7] / np.linalg.norm(out[qi + 3:qi + 7])
+            omega = v[vi + 3:vi + 6] * dt
+            out[qi:qi + 3] += quat_to_matrix(quat) @ (_so3_left_jacobian(omega)
+                                                      @ (v[vi:vi + 3] * dt))
+            angle = float(np.linalg.norm(omega))
+            half = 0.5 * angle
+            axis_part = omega * (math.sin(half) / angle if angle > 1e-12 else 0.5)
+            delta = np.array([*axis_part, math.cos(half)])
+            new = _quat_multiply(quat, delta)
+            out[qi + 3:qi + 7] = new / np.linalg.norm(new)
+        elif kind == "planar":
+            theta, omega = out[qi + 2], v[vi + 2] * dt
+            if abs(omega) > 1e-9:
+                s, c = math.sin(omega) / omega, (1 - math.cos(omega)) / omega
+            else:
+                s, c = 1 - omega**2 / 6, omega / 2
+            local = np.array([s * v[vi] - c * v[vi + 1], c * v[vi] + s * v[vi + 1]]) * dt
+            ct, st = math.cos(theta), math.sin(theta)
+            out[qi] += ct * local[0] - st * local[1]
+            out[qi + 1] += st * local[0] + ct * local[1]
+            out[qi + 2] += omega
+        else:
+            out[qi] += v[vi] * dt
+    return out
+
+
+def normalize_configuration(model: Model, q: np.ndarray) -> np.ndarray:
+    """q with every free-flyer quaternion scaled to unit length."""
+    out = np.array(q, dtype=float)
+    for kind, qi in zip(model.joint_kinds, model.joint_q_index):
+        if kind == "free":
+            norm = np.linalg.norm(out[qi + 3:qi + 7])
+            if norm < 1e-9:
+                raise ValueError(f"q: the quaternion of joint at q[{qi + 3}:{qi + 7}] is zero")
+            out[qi + 3:qi + 7] /= norm
+    return out
+
+
+def joint_losses(model: Model, v: np.ndarray, smoothing_velocity: float = 1e-3) -> np.ndarray:
+    """Torques the URDF's damping and friction exert: −damping·q̇ − friction·tanh(q̇/ε)."""
+    return -model.damping * v - model.friction * np.tanh(v / smoothing_velocity)
+
+
+def apply_position_limits(model: Model, q: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Inelastic stops at the URDF position limits; also returns which joints hit one."""
+    q, v = q.copy(), v.copy()
+    hit = np.zeros(model.nv, dtype=bool)
+    for kind, qi, vi in zip(model.joint_kinds, model.joint_q_index, model.joint_v_index):
+        if kind not in ("revolute", "prismatic"):
+            continue
+        lower, upper = model.position_lower[qi], model.position_upper[qi]
+        if q[qi] < lower:
+            q[qi], v[vi], hit[vi] = lower, max(v[vi], 0.0), True
+        elif q[qi] > upper:
+            q[qi], v[vi], hit[vi] = upper, min(v[vi], 0.0), True
+    return q, v, hit
+
+
+@dataclass
+class SimulationStep:
+    q: np.ndarray
+    v: np.ndarray
+    a: np.ndarray  # acceleration at the start of the step
+    limit_hit: np.ndarray
+
+
+def step(
+    model: Model,
+    q: np.ndarray,
+    v: np.ndarray,
+    tau: np.ndarray,
+    dt: float,
+    method: str = "rk4",
+    *,
+    forward_dynamics: ForwardDynamics = dynamics.aba,
+    f_ext=None,
+    losses: bool = True,
+    limits: bool = True,
+) -> SimulationStep:
+    """One integration step of length ``dt`` under the constant torque ``tau``."""
+    if not (dt > 0 and math.isfinite(dt)):
+        raise ValueError(f"dt must be positive and finite, got {dt}")
+
+    def accel(qs, vs):
+        applied = tau + joint_losses(model, vs) if losses else tau
+        return forward_dynamics(model, qs, vs, applied, f_ext) if f_ext else \
+            forward_dynamics(model, qs, vs, applied)
+
+    if method == "semi_implicit_euler":
+        a = accel(q, v)
+        v_next = v + a * dt
+        q_next = integrate(model, q, v_next, dt)
+    elif method == "rk4":
+        a1 = accel(q, v)
+        v2 = v + 0.5 * dt * a1
+        a2 = accel(integrate(model, q, v, 0.5 * dt), v2)
+        v3 = v + 0.5 * dt * a2
+        a3 = accel(integrate(model, q, v2, 0.5 * dt), v3)
+        v4 = v + dt * a3
+        a4 = accel(integrate(model, q, v3, dt), v4)
+        v_next = v + dt / 6.0 * (a1 + 2 * a2 + 2 * a3 + a4)
+        q_next = integrate(model, q, (v + 2 * v2 + 2 * v3 + v4) / 6.0, dt)
+        a = a1
+    else:
+        raise ValueError(f"integrator must be one of {INTEGRATORS}, not {method!r}")
+    hit = np.zeros(model.nv, dtype=bool)
+    if limits:
+        q_next, v_next, hit = apply_position_limits(model, q_next, v_next)
+    return SimulationStep(q_next, v_next, a, hit)
