@@ -28,6 +28,7 @@ from .spatial import quat_to_matrix, skew
 __all__ = [
     "INTEGRATORS",
     "SimulationStep",
+    "Simulator",
     "apply_position_limits",
     "integrate",
     "joint_losses",
@@ -173,3 +174,64 @@ def step(
     if limits:
         q_next, v_next, hit = apply_position_limits(model, q_next, v_next)
     return SimulationStep(q_next, v_next, a, hit)
+
+
+class Simulator:
+    """A model's state advanced in fixed steps under held effort commands.
+
+    Commands are clamped to the effort limits and fall back to zero ``command_timeout`` seconds
+    (of simulated time) after the last one, so a dead controller leaves a limp, not a stuck, arm.
+    """
+
+    def __init__(self, model: Model, dt: float = 1e-3, integrator: str = "semi_implicit_euler",
+                 q0: np.ndarray | None = None, v0: np.ndarray | None = None,
+                 command_timeout: float = 0.5,
+                 forward_dynamics: ForwardDynamics = dynamics.aba):
+        if integrator not in INTEGRATORS:
+            raise ValueError(f"integrator must be one of {INTEGRATORS}, not {integrator!r}")
+        if not (dt > 0 and math.isfinite(dt)):
+            raise ValueError(f"dt must be positive and finite, got {dt}")
+        self.model, self.dt, self.integrator = model, float(dt), integrator
+        self.command_timeout = float(command_timeout)
+        self.forward_dynamics = forward_dynamics
+        self.q0 = model.neutral_configuration() if q0 is None else \
+            normalize_configuration(model, dynamics.check_vector(q0, model.nq, "q0"))
+        self.v0 = np.zeros(model.nv) if v0 is None else dynamics.check_vector(v0, model.nv, "v0")
+        self.reset()
+
+    def reset(self, q: np.ndarray | None = None, v: np.ndarray | None = None) -> None:
+        self.q = self.q0.copy() if q is None else normalize_configuration(
+            self.model, dynamics.check_vector(q, self.model.nq, "q"))
+        self.v = self.v0.copy() if v is None else dynamics.check_vector(v, self.model.nv, "v")
+        self.a = np.zeros(self.model.nv)
+        self.time = 0.0
+        self.command = np.zeros(self.model.nv)
+        self.command_time = -math.inf
+        self.limit_hit = np.zeros(self.model.nv, dtype=bool)
+
+    def set_command(self, tau: np.ndarray) -> np.ndarray:
+        """Hold ``tau`` (clamped to the effort limits); returns the mask of clamped joints."""
+        tau = dynamics.check_vector(tau, self.model.nv, "tau")
+        self.command = np.clip(tau, -self.model.effort_limit, self.model.effort_limit)
+        self.command_time = self.time
+        return self.command != tau
+
+    @property
+    def applied_effort(self) -> np.ndarray:
+        if self.time - self.command_time > self.command_timeout:
+            return np.zeros(self.model.nv)
+        return self.command
+
+    @property
+    def command_timed_out(self) -> bool:
+        return self.time - self.command_time > self.command_timeout
+
+    def advance(self, duration: float, max_steps: int = 1000) -> int:
+        """Advance by ``duration`` seconds in steps of dt (at most ``max_steps``)."""
+        steps = min(round(duration / self.dt), max_steps)
+        for _ in range(steps):
+            result = step(self.model, self.q, self.v, self.applied_effort, self.dt,
+                          self.integrator, forward_dynamics=self.forward_dynamics)
+            self.q, self.v, self.a, self.limit_hit = result.q, result.v, result.a, result.limit_hit
+            self.time += self.dt
+        return steps

@@ -1,0 +1,48 @@
+"""Running an rclpy node until SIGINT/SIGTERM, without ``rclpy.spin``'s occasional signal hang.
+
+``rclpy.spin()`` sometimes sits in the wait set after a signal (shared/notes/ros2-from-pypi.md);
+spinning once with a timeout in a loop that checks a flag set by our own handlers always exits.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Callable
+
+import rclpy
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+from rclpy.signals import SignalHandlerOptions
+
+
+def run_node(factory: Callable[..., Node], args: list[str] | None = None) -> int:
+    """Create the node, spin it until a signal, shut down cleanly. Returns an exit code."""
+    rclpy.init(args=sys.argv if args is None else args,
+               signal_handler_options=SignalHandlerOptions.NO)
+    stop = {"requested": False}
+
+    def request_stop(_signum, _frame):
+        stop["requested"] = True
+
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    node = None
+    code = 0
+    try:
+        node = factory()
+        executor = SingleThreadedExecutor()
+        executor.add_node(node)
+        while not stop["requested"] and rclpy.ok():
+            executor.spin_once(timeout_sec=0.05)
+    except (ValueError, RuntimeError, OSError) as exc:
+        name = node.get_name() if node is not None else "rb_dynamics"
+        rclpy.logging.get_logger(name).fatal(f"cannot run: {exc}")
+        code = 1
+    finally:
+        if node is not None:
+            node.destroy_node()
+        if rclpy.ok():
+            rclpy.shutdown()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return code

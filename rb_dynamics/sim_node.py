@@ -1,0 +1,243 @@
+"""Topic-driven simulator: integrates the URDF's dynamics and talks like a robot driver.
+
+Subscribes ``~/commands`` (std_msgs/Float64MultiArray, efforts ordered by ``joints``) and
+``~/joint_commands`` (sensor_msgs/JointState, efforts by name); publishes ``joint_states``
+(position, velocity, applied effort). Services ``~/reset`` (std_srvs/Trigger) and ``~/pause``
+(std_srvs/SetBool). Optionally publishes ``/clock`` so other nodes can run on sim time.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from rclpy.exceptions import ParameterUninitializedException
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from rosgraph_msgs.msg import Clock
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray
+from std_srvs.srv import SetBool, Trigger
+
+from .model import load_model
+from .simulation import INTEGRATORS, Simulator
+
+DEFAULT_URDF = Path(__file__).resolve().parent / "urdf" / "default_arm.urdf"
+
+
+class SimulatorNode(Node):
+    def __init__(self, **kwargs) -> None:
+        super().__init__("rb_simulator", **kwargs)
+        declare = self.declare_parameter
+        declare("robot_description", "")
+        declare("urdf_path", "")
+        declare("joints", Parameter.Type.STRING_ARRAY)
+        declare("time_step", 0.001)
+        declare("publish_rate", 500.0)
+        declare("real_time_factor", 1.0)
+        declare("integrator", "semi_implicit_euler")
+        declare("gravity", [0.0, 0.0, -9.81])
+        declare("initial_positions", Parameter.Type.DOUBLE_ARRAY)
+        declare("damping", Parameter.Type.DOUBLE_ARRAY)
+        declare("friction", Parameter.Type.DOUBLE_ARRAY)
+        declare("command_timeout", 0.5)
+        declare("position_limits", True)
+        declare("publish_clock", False)
+        declare("start_paused", False)
+        self.model = self._load_model()
+        self.joints = self._joint_order()
+        self.v_index = np.array([self.model.joint_v_index[self.model.joint_index(n)]
+                                 for n in self.joints])
+        self.sim = Simulator(
+            self.model,
+            dt=self.get_parameter("time_step").value,
+            integrator=self._integrator(),
+            q0=self._initial_configuration(),
+            command_timeout=self.get_parameter("command_timeout").value,
+            forward_dynamics=self._forward_dynamics(),
+        )
+        self._last_warning: dict[str, float] = {}
+        self.paused = bool(self.get_parameter("start_paused").value)
+        self.rtf = float(self.get_parameter("real_time_factor").value)
+        if not (self.rtf > 0 and math.isfinite(self.rtf)):
+            raise ValueError("real_time_factor must be positive")
+        self.state_pub = self.create_publisher(JointState, "joint_states", 10)
+        self.clock_pub = (self.create_publisher(Clock, "/clock", 10)
+                          if self.get_parameter("publish_clock").value else None)
+        self.create_subscription(Float64MultiArray, "~/commands", self._on_commands, 10)
+        self.create_subscription(JointState, "~/joint_commands", self._on_joint_commands, 10)
+        self.create_service(Trigger, "~/reset", self._on_reset)
+        self.create_service(SetBool, "~/pause", self._on_pause)
+        self.wall_last = time.monotonic()
+        self.sim_debt = 0.0
+        self.steps_done = 0
+        rate = float(self.get_parameter("publish_rate").value)
+        self.timer = self.create_timer(1.0 / rate, self._tick)
+        self.get_logger().info(
+            f"simulating {self.model.name!r} ({len(self.joints)} joints, "
+            f"{self.sim.integrator}, dt={self.sim.dt}, RTF {self.rtf}); commands on "
+            f"{self.resolve_topic_name('~/commands')}")
+
+    # ------------------------------------------------------------------ set-up
+
+    def _optional(self, name: str):
+        """The value of a parameter declared without a default, or None when it is unset."""
+        try:
+            return self.get_parameter(name).value
+        except ParameterUninitializedException:
+            return None
+
+    def _load_model(self):
+        description = self.get_parameter("robot_description").value
+        path = self.get_parameter("urdf_path").value or str(DEFAULT_URDF)
+        source = description or path
+        gravity = self.get_parameter("gravity").value
+        model = load_model(source, gravity=gravity)
+        for name, values in (("damping", self._optional("damping")),
+                             ("friction", self._optional("friction"))):
+            if values is not None and len(values) > 0:
+                if len(values) != model.nv or not all(v >= 0 for v in values):
+                    raise ValueError(f"{name} must have {model.nv} non-negative values")
+                getattr(model, name)[:] = values
+        if not self.get_parameter("position_limits").value:
+            model.position_lower[:] = -np.inf
+            model.position_upper[:] = np.inf
+        return model
+
+    def _joint_order(self) -> list[str]:
+        joints = self._optional("joints") or self.model.actuated_joint_names
+        unknown = [n for n in joints if n not in self.model.actuated_joint_names]
+        if unknown:
+            raise ValueError(f"joints {unknown} are not actuated joints of the model "
+                             f"({self.model.actuated_joint_names})")
+        return list(joints)
+
+    def _integrator(self) -> str:
+        name = self.get_parameter("integrator").value
+        if name not in INTEGRATORS:
+            raise ValueError(f"integrator must be one of {INTEGRATORS}, not {name!r}")
+        return name
+
+    def _initial_configuration(self) -> np.ndarray:
+        q0 = self.model.neutral_configuration()
+        values = self._optional("initial_positions")
+        if values is not None and len(values) > 0:
+            if len(values) != len(self.joints):
+                raise ValueError(f"initial_positions must have {len(self.joints)} values "
+                                 f"(one per joint in {self.joints})")
+            for name, value in zip(self.joints, values):
+                q0[self.model.joint_q_index[self.model.joint_index(name)]] = value
+        return q0
+
+    def _forward_dynamics(self):
+        try:
+            from .codegen import compile_dynamics
+        except ImportError:
+            from .dynamics import aba
+            return aba
+        fast = compile_dynamics(self.model)
+        return lambda model, q, v, tau, f_ext=None: fast.aba(q, v, tau)
+
+    # ------------------------------------------------------------------ callbacks
+
+    def _warn(self, text: str, key: str | None = None) -> None:
+        """A warning at most every 2 s per kind (``key``, default: the text)."""
+        key = key or text
+        now = time.monotonic()
+        if now - self._last_warning.get(key, -math.inf) >= 2.0:
+            self._last_warning[key] = now
+            self.get_logger().warning(text)
+
+    def _apply(self, efforts: np.ndarray) -> None:
+        tau = self.sim.command.copy() if not self.sim.command_timed_out else \
+            np.zeros(self.model.nv)
+        tau[self.v_index] = efforts
+        clipped = self.sim.set_command(tau)
+        if clipped.any():
+            names = [n for n, k in zip(self.joints, self.v_index) if clipped[k]]
+            self._warn(f"effort command clamped to the URDF limits on {names}", "clamp")
+
+    def _on_commands(self, msg: Float64MultiArray) -> None:
+        data = np.asarray(msg.data, dtype=float)
+        if data.shape != (len(self.joints),):
+            self._warn(f"~/commands: got {data.size} values, expected {len(self.joints)} "
+                       f"ordered as {self.joints}; ignored", "commands length")
+            return
+        if not np.all(np.isfinite(data)):
+            self._warn("~/commands: NaN or inf in the command; ignored")
+            return
+        self._apply(data)
+
+    def _on_joint_commands(self, msg: JointState) -> None:
+        if len(msg.effort) != len(msg.name):
+            self._warn("~/joint_commands: effort and name have different lengths; ignored")
+            return
+        unknown = [n for n in msg.name if n not in self.joints]
+        if unknown or len(set(msg.name)) != len(msg.name):
+            self._warn(f"~/joint_commands: unknown or repeated joints {unknown or msg.name}; "
+                       "ignored", "joint_commands names")
+            return
+        efforts = np.asarray(msg.effort, dtype=float)
+        if not np.all(np.isfinite(efforts)):
+            self._warn("~/joint_commands: NaN or inf in the efforts; ignored")
+            return
+        current = self.sim.applied_effort[self.v_index].copy()
+        for name, value in zip(msg.name, efforts):
+            current[self.joints.index(name)] = value
+        self._apply(current)
+
+    def _on_reset(self, _request, response):
+        self.sim.reset()
+        self.sim_debt = 0.0
+        response.success, response.message = True, "state reset to the initial configuration"
+        return response
+
+    def _on_pause(self, request, response):
+        self._last_warning: dict[str, float] = {}
+        self.paused = bool(request.data)
+        response.success = True
+        response.message = "paused" if self.paused else "running"
+        return response
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        elapsed, self.wall_last = now - self.wall_last, now
+        if not self.paused:
+            # keep up with the wall clock, but never spiral: at most 0.1 s of catch-up
+            self.sim_debt = min(self.sim_debt + elapsed * self.rtf, 0.1)
+            steps = self.sim.advance(self.sim_debt)
+            self.sim_debt -= steps * self.sim.dt
+            self.steps_done += steps
+            if not np.all(np.isfinite(self.sim.q)) or not np.all(np.isfinite(self.sim.v)):
+                self.get_logger().error("the simulation diverged (non-finite state); resetting")
+                self.sim.reset()
+        self._publish()
+
+    def _publish(self) -> None:
+        msg = JointState()
+        msg.header.stamp = self.get_clock().now().to_msg()
+        msg.name = self.joints
+        q_index = [self.model.joint_q_index[self.model.joint_index(n)] for n in self.joints]
+        msg.position = self.sim.q[q_index].tolist()
+        msg.velocity = self.sim.v[self.v_index].tolist()
+        msg.effort = self.sim.applied_effort[self.v_index].tolist()
+        self.state_pub.publish(msg)
+        if self.clock_pub is not None:
+            clock = Clock()
+            seconds = self.sim.time
+            clock.clock.sec = int(seconds)
+            clock.clock.nanosec = round((seconds - int(seconds)) * 1e9) % 1_000_000_000
+            self.clock_pub.publish(clock)
+
+
+def main(args: list[str] | None = None) -> int:
+    from .ros_runtime import run_node
+
+    return run_node(SimulatorNode, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
