@@ -10,9 +10,9 @@ The same generated function body runs on Python floats (one state: no numpy in t
 and on numpy arrays of shape (N,) (structure of arrays over a batch: each scalar of the
 algorithm is one array), with ``cos``/``sin``/``sqrt`` bound to ``math`` or ``numpy``.
 
-Snapping: constant rotation entries within 1e-11 of 0 or ±1 (URDF angles such as
-``1.570796325``) and inertia entries below 1e-14 of the body's largest are treated as exact,
-which changes results by ~1e-11 relative at most. ``fast.source`` shows the generated code.
+Snapping: constant rotation entries within 1e-14 of 0 or ±1 (cos(π/2) = 6e-17 from URDF rpy
+angles) and inertia entries below 1e-14 of the body's largest are treated as exact, which
+changes results by ~1e-14 relative at most. ``fast.source`` shows the generated code.
 
 External wrenches (``f_ext``) fall back to the reference ``rb_dynamics.dynamics``.
 """
@@ -20,6 +20,7 @@ External wrenches (``f_ext``) fall back to the reference ``rb_dynamics.dynamics`
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -31,8 +32,9 @@ from .spatial import transform_parts
 
 __all__ = ["FastDynamics", "compile_dynamics"]
 
-_ROT_SNAP = 1e-11
+_ROT_SNAP = 1e-14
 _INERTIA_SNAP = 1e-14
+_CHUNK = 16384  # states per batched kernel call
 
 
 # ----------------------------------------------------------------------------- symbolic scalars
@@ -46,9 +48,6 @@ class _Var:
     def __init__(self, name: str, coef: float = 1.0):
         self.name = name
         self.coef = coef
-
-
-Value = "float | _Var"
 
 
 def _fmt(x: float) -> str:
@@ -115,6 +114,19 @@ class _Gen:
             return const
         if len(items) == 1 and const == 0.0 and len(items[0][0]) == 1:
             return _Var(items[0][0][0], items[0][1])
+        # Fold a common factor (and a common sign) into the result's pending coefficient.
+        factor = 1.0
+        mags = {abs(c) for _, c in items}
+        if const == 0.0 and len(mags) == 1:
+            factor = mags.pop()
+        if const == 0.0 and all(c < 0 for _, c in items):
+            factor = -factor
+        if factor != 1.0:
+            items = [(k, c / factor) for k, c in items]
+            if len(items) == 1 and len(items[0][0]) == 1:
+                return _Var(items[0][0][0], factor)
+        # a positive term first saves a unary minus
+        items.sort(key=lambda kc: kc[1] < 0)
         parts: list[str] = []
         for key, coef in items:
             prod = "*".join(key)
@@ -126,7 +138,9 @@ class _Gen:
                 parts.append(f" + {body}" if coef > 0 else f" - {body}")
         if const != 0.0:
             parts.append(f" + {_fmt(const)}" if const > 0 else f" - {_fmt(-const)}")
-        return self.assign("".join(parts))
+        out = self.assign("".join(parts))
+        out.coef = factor
+        return out
 
     def lin(self, pairs, const: float = 0.0):
         """Σ coef·x (+ const)."""
@@ -393,12 +407,11 @@ class _Kernel:
                 c2 = _cross_terms(vw, hf)
                 fn[i] = [g.sop(na[k] + c1[k]) for k in range(3)]
                 ff[i] = [g.sop(fa[k] + c2[k]) for k in range(3)]
-            ext[i] = ([], [], [], [])
         tau_terms: list[list] = [[] for _ in range(self.model.nv)]
         for i in reversed(range(nb)):
             b = self.bodies[i]
-            en, ef = ext[i][0], ext[i][1]
-            if en:
+            if ext[i] is not None:  # forces transmitted from the children
+                en, ef = ext[i]
                 fn[i] = [g.sop([(1.0, fn[i][k], None)] + en[k]) for k in range(3)]
                 ff[i] = [g.sop([(1.0, ff[i][k], None)] + ef[k]) for k in range(3)]
             dofs, scale = self.dofs(i)
@@ -407,11 +420,11 @@ class _Kernel:
             if b.parent >= 0:
                 tn, tf = X[i].force_t_terms(g, fn[i], ff[i])
                 pe = ext[b.parent]
-                if not pe[0]:
-                    ext[b.parent] = (tn, tf, None, None)
+                if pe is None:
+                    ext[b.parent] = (tn, tf)
                 else:
                     ext[b.parent] = ([pe[0][k] + tn[k] for k in range(3)],
-                                     [pe[1][k] + tf[k] for k in range(3)], None, None)
+                                     [pe[1][k] + tf[k] for k in range(3)])
         return [g.sop(t) for t in tau_terms]
 
     # --- CRBA ------------------------------------------------------------------------
@@ -699,14 +712,62 @@ def _ldl_solve(g: _Gen, fac, b: list) -> list:
 # ----------------------------------------------------------------------------- compilation
 
 
+_TEMP = re.compile(r"\bt\d+\b")
+
+
+def _allocate(lines: list[str], result: str) -> tuple[list[str], str]:
+    """Dead-code elimination and register allocation of the temporaries ``t<k>``.
+
+    Reusing a name as soon as its value is dead keeps the batched path's working set (one
+    array per live temporary) small enough to stay in cache; the scalar path is unaffected.
+    """
+    parsed = []
+    for line in lines:
+        target, expr = line.split(" = ", 1)
+        parsed.append((target, expr, _TEMP.findall(expr)))
+    live = set(_TEMP.findall(result))
+    keep = [False] * len(parsed)
+    for i in reversed(range(len(parsed))):
+        target, _, uses = parsed[i]
+        if target in live:
+            keep[i] = True
+            live.discard(target)
+            live.update(uses)
+    parsed = [p for p, k in zip(parsed, keep) if k]
+    last_use: dict[str, int] = {}
+    for i, (_, _, uses) in enumerate(parsed):
+        for u in uses:
+            last_use[u] = i
+    for u in _TEMP.findall(result):
+        last_use[u] = len(parsed)
+    slot: dict[str, str] = {}
+    free: list[str] = []
+    count = 0
+    out = []
+    for i, (target, expr, uses) in enumerate(parsed):
+        expr = _TEMP.sub(lambda mt: slot[mt.group(0)], expr)
+        for u in set(uses):
+            if last_use[u] == i:
+                free.append(slot[u])
+        if free:
+            name = free.pop()
+        else:
+            name = f"r{count}"
+            count += 1
+        slot[target] = name
+        out.append(f"{name} = {expr}")
+    return out, _TEMP.sub(lambda mt: slot[mt.group(0)], result)
+
+
 def _emit_function(name: str, args: Sequence[tuple[str, int]], g: _Gen, outputs: list) -> str:
     lines = [f"def {name}({', '.join(a for a, _ in args)}):"]
     for arg, n in args:
         if n:
             names = ", ".join(f"{arg}{k}" for k in range(n))
             lines.append(f"    {names}, = {arg}")
-    lines += [f"    {line}" for line in g.lines]
-    lines.append(f"    return ({', '.join(g.ref(x) for x in outputs)},)")
+    body, result = _allocate(g.lines, f"({', '.join(g.ref(x) for x in outputs)},)")
+    lines += [f"    {line}" for line in body]
+    lines.append(f"    return {result}")
     return "\n".join(lines) + "\n"
 
 
@@ -802,10 +863,14 @@ class FastDynamics:
             if a.ndim == 2 and a.shape[0] != N:
                 raise ValueError(f"{name} has {a.shape[0]} rows, expected {N}")
             cols.append(np.ascontiguousarray(np.broadcast_to(a, (N, n)).T))
-        res = self._array[kernel](*cols)
-        out = np.empty((len(res), N))
-        for k, x in enumerate(res):
-            out[k] = x
+        kern = self._array[kernel]
+        size = int(np.prod(shape_out))
+        out = np.empty((size, N))
+        for start in range(0, N, _CHUNK):  # bounded working set for very large batches
+            stop = min(start + _CHUNK, N)
+            res = kern(*(c[:, start:stop] for c in cols))
+            for k, x in enumerate(res):
+                out[k, start:stop] = x
         return np.ascontiguousarray(out.T).reshape((N,) + shape_out)
 
     # --- public kernels --------------------------------------------------------------
