@@ -35,10 +35,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "test"))
 
-from pin_oracle import Oracle, random_state, rel_err, robots_dir  # noqa: E402
+from pin_oracle import Oracle, random_state, rel_err, robots_dir
 
-from rb_dynamics.codegen import compile_dynamics  # noqa: E402
-from rb_dynamics.model import load_model  # noqa: E402
+from rb_dynamics.codegen import compile_dynamics
+from rb_dynamics.model import load_model
 
 MODELS = {
     "ur5": ("ur_description/urdf/ur5_robot.urdf", False),
