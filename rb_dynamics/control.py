@@ -23,6 +23,11 @@ from . import dynamics
 from .model import Model
 
 __all__ = [
+    "CONTROL_MODES",
+    "ControlOutput",
+    "ControllerError",
+    "JointController",
+    "ReferenceBackend",
     "TrajectoryError",
     "TrajectoryPoint",
     "TrajectorySampler",
@@ -30,6 +35,7 @@ __all__ = [
     "computed_torque",
     "gravity_compensation",
     "position_error",
+    "select_backend",
     "wrap_angle",
 ]
 
@@ -203,3 +209,223 @@ class TrajectorySampler:
                 return pos, vel, acc, False
             before = point
         raise AssertionError("unreachable")
+
+
+# ----------------------------------------------------------------------------- the controller
+
+
+class ControllerError(ValueError):
+    """Input the controller refuses; the message says what is wrong and nothing changed."""
+
+
+class ReferenceBackend:
+    """The readable reference algorithms, with the same call shape as the generated kernels."""
+
+    def __init__(self, model: Model):
+        self.model = model
+
+    def gravity(self, q):
+        return dynamics.gravity(self.model, q)
+
+    def rnea(self, q, v, a):
+        return dynamics.rnea(self.model, q, v, a)
+
+    def aba(self, q, v, tau):
+        return dynamics.aba(self.model, q, v, tau)
+
+    def crba(self, q):
+        return dynamics.crba(self.model, q)
+
+
+def select_backend(model: Model):
+    """The fastest dynamics available for ``model``: generated kernels, else the reference."""
+    try:
+        from .codegen import compile_dynamics
+    except ImportError:  # pragma: no cover - the generator ships with the package
+        return ReferenceBackend(model)
+    return compile_dynamics(model)
+
+
+CONTROL_MODES = ("gravity", "computed_torque")
+
+
+@dataclass
+class ControlOutput:
+    effort: np.ndarray  # in the controller's joint order, clamped to the effort limits
+    clamped: list[str]  # joints whose effort hit a limit
+    position_error: np.ndarray  # q_d − q in the controller's joint order (zeros in gravity mode)
+
+
+class JointController:
+    """Gravity compensation and computed torque for a fixed-base arm, mapped by joint name.
+
+    The state and the reference arrive by name in any order; commands leave in the order of
+    ``joints``. Nothing is computed from a state older than ``max_state_age`` seconds.
+    """
+
+    def __init__(self, model: Model, joints: Sequence[str] | None = None, *,
+                 mode: str = "gravity", kp=100.0, kd=20.0, friction_compensation: bool = False,
+                 max_state_age: float = 0.1, backend=None):
+        if any(kind not in ("revolute", "prismatic") for kind in model.joint_kinds):
+            raise ControllerError("the controller drives fixed-base arms; this model has "
+                                  f"{sorted(set(model.joint_kinds))} joints")
+        self.model = model
+        self.joints = list(joints) if joints else list(model.actuated_joint_names)
+        unknown = [n for n in self.joints if n not in model.joint_names]
+        if unknown:
+            hint = " (mimic joints follow their leader)" if set(unknown) & set(
+                model.mimic_joints) else ""
+            raise ControllerError(f"joints {unknown} are not independent joints of the "
+                                  f"model{hint}; known: {model.joint_names}")
+        if len(set(self.joints)) != len(self.joints):
+            raise ControllerError(f"joints {self.joints} has repeated names")
+        self.index = np.array([model.joint_v_index[model.joint_index(n)] for n in self.joints])
+        self.state_index = {n: model.joint_q_index[k] for k, n in enumerate(model.joint_names)}
+        self.continuous = continuous_mask(model)
+        self.backend = backend or select_backend(model)
+        self.mode = "gravity"
+        self.set_mode(mode)
+        self.kp = self.kd = np.zeros(model.nv)
+        self.set_gains(kp, kd)
+        self.friction_compensation = bool(friction_compensation)
+        self.max_state_age = float(max_state_age)
+        self.q = self.v = None
+        self.state_time = -math.inf
+        self.trajectory: TrajectorySampler | None = None
+        self.hold_position: np.ndarray | None = None
+
+    # -- settings ------------------------------------------------------------------
+
+    def set_mode(self, mode: str) -> None:
+        if mode not in CONTROL_MODES:
+            raise ControllerError(f"mode must be one of {CONTROL_MODES}, not {mode!r}")
+        if mode != self.mode:  # a new mode starts by holding where the arm is
+            self.trajectory, self.hold_position = None, None
+        self.mode = mode
+
+    def _gain_vector(self, gains, name: str) -> np.ndarray:
+        values = np.asarray(gains, dtype=float)
+        if values.ndim == 0:
+            values = np.full(len(self.joints), float(values))
+        if values.shape != (len(self.joints),):
+            raise ControllerError(f"{name} needs 1 or {len(self.joints)} values (one per joint "
+                                  f"in {self.joints}), got {values.size}")
+        if not np.all(np.isfinite(values)) or np.any(values < 0):
+            raise ControllerError(f"{name} must be finite and ≥ 0, got {values.tolist()}")
+        full = np.zeros(self.model.nv)
+        full[self.index] = values
+        return full
+
+    def set_gains(self, kp=None, kd=None) -> None:
+        """Per-joint gains (a scalar applies to every joint); both validated before either is set."""
+        new_kp = self.kp if kp is None else self._gain_vector(kp, "kp")
+        new_kd = self.kd if kd is None else self._gain_vector(kd, "kd")
+        self.kp, self.kd = new_kp, new_kd
+
+    # -- inputs --------------------------------------------------------------------
+
+    def update_state(self, names: Sequence[str], positions: Sequence[float],
+                     velocities: Sequence[float], now: float) -> None:
+        """A joint state by name (extra joints ignored); raises ControllerError if unusable."""
+        if len(positions) != len(names):
+            raise ControllerError(f"joint_states: {len(names)} names but {len(positions)} "
+                                  "positions")
+        if len(velocities) not in (0, len(names)):
+            raise ControllerError(f"joint_states: {len(names)} names but {len(velocities)} "
+                                  "velocities")
+        if len(set(names)) != len(names):
+            raise ControllerError("joint_states: repeated joint names")
+        q = np.zeros(self.model.nq)
+        v = np.zeros(self.model.nv)
+        seen = set()
+        for k, name in enumerate(names):
+            index = self.state_index.get(name)
+            if index is None:
+                continue  # other joints of a bigger robot, or a mimic joint we derive ourselves
+            q[index] = positions[k]
+            v[index] = velocities[k] if len(velocities) else 0.0
+            seen.add(name)
+        missing = [n for n in self.model.joint_names if n not in seen]
+        if missing:
+            raise ControllerError(f"joint_states: missing joints {missing}")
+        if not (np.all(np.isfinite(q)) and np.all(np.isfinite(v))):
+            raise ControllerError("joint_states: NaN or inf in positions or velocities")
+        self.q, self.v, self.state_time = q, v, now
+
+    def set_trajectory(self, names: Sequence[str], points: Sequence[TrajectoryPoint],
+                       now: float) -> None:
+        """A reference by name; joints it leaves out hold their current reference."""
+        if self.q is None:
+            raise ControllerError("trajectory: no joint state received yet")
+        if self.mode != "computed_torque":
+            raise ControllerError(f"trajectory: the controller is in {self.mode!r} mode; set "
+                                  "mode to 'computed_torque' to follow trajectories")
+        if not names:
+            raise ControllerError("trajectory: no joint names")
+        unknown = [n for n in names if n not in self.state_index]
+        if unknown or len(set(names)) != len(names):
+            raise ControllerError(f"trajectory: unknown or repeated joints {unknown or names}")
+        n = self.model.nv
+        start, start_v, _ = self.reference(now)
+        columns = [self.state_index[name] for name in names]
+        full_points = []
+        for k, point in enumerate(points):
+            try:
+                _check_point(_as_arrays(point), len(names), k)
+            except TrajectoryError as exc:
+                raise ControllerError(f"trajectory: {exc}") from None
+
+            def spread(values, base):
+                if values is None:
+                    return None
+                full = base.copy()
+                full[columns] = values
+                return full
+
+            full_points.append(TrajectoryPoint(
+                point.time, spread(point.positions, start),
+                spread(point.velocities, np.zeros(n)),
+                spread(point.accelerations, np.zeros(n))))
+        try:
+            sampler = TrajectorySampler(full_points, now, start, start_v)
+        except TrajectoryError as exc:
+            raise ControllerError(f"trajectory: {exc}") from None
+        self.trajectory = sampler
+
+    # -- outputs -------------------------------------------------------------------
+
+    def reference(self, now: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if self.trajectory is not None:
+            return self.trajectory.sample(now)[:3]
+        if self.hold_position is None:
+            self.hold_position = self.q.copy()
+        zero = np.zeros(self.model.nv)
+        return self.hold_position, zero, zero.copy()
+
+    def state_age(self, now: float) -> float:
+        return now - self.state_time
+
+    def compute(self, now: float) -> ControlOutput:
+        """The effort command at ``now``; raises ControllerError when the state is unusable."""
+        if self.q is None:
+            raise ControllerError("no joint state received yet")
+        age = self.state_age(now)
+        if age > self.max_state_age:
+            raise ControllerError(f"joint state is stale ({age * 1e3:.0f} ms old, limit "
+                                  f"{self.max_state_age * 1e3:.0f} ms)")
+        if self.mode == "gravity":
+            tau = self.backend.gravity(self.q)
+            error = np.zeros(self.model.nv)
+        else:
+            q_d, v_d, a_d = self.reference(now)
+            error = position_error(self.model, q_d, self.q, self.continuous)
+            a_command = a_d + self.kd * (v_d - self.v) + self.kp * error
+            tau = self.backend.rnea(self.q, self.v, a_command)
+        if self.friction_compensation:
+            tau = tau + friction_compensation(self.model, self.v)
+        if not np.all(np.isfinite(tau)):
+            raise ControllerError("the computed effort is not finite; nothing published")
+        clamped, hit = clamp_effort(self.model, tau)
+        return ControlOutput(clamped[self.index], [self.joints[k] for k, i in
+                                                   enumerate(self.index) if hit[i]],
+                             error[self.index])

@@ -207,3 +207,75 @@ def test_computed_torque_tracks_a_trajectory_in_simulation(ur5):
         s = step(ur5, q, v, tau, dt, "rk4", losses=False)
         q, v = s.q, s.v
     assert np.abs(q - goal).max() < 1e-4
+
+
+# ----------------------------------------------------------------------------- JointController
+
+
+def _controller(ur5, **kwargs):
+    from rb_dynamics.control import JointController
+
+    return JointController(ur5, **kwargs)
+
+
+def test_controller_maps_state_by_name_and_orders_commands_by_joints(ur5):
+    joints = list(reversed(ur5.actuated_joint_names))
+    ctrl = _controller(ur5, joints=joints)
+    q = np.array([0.1, -1.2, 1.0, -0.5, 0.3, 0.2])
+    names = ["extra_joint", *ur5.joint_names[::2], *ur5.joint_names[1::2]]
+    positions = [9.0, *q[::2], *q[1::2]]
+    ctrl.update_state(names, positions, [0.0] * len(names), now=1.0)
+    out = ctrl.compute(1.01)
+    np.testing.assert_allclose(out.effort, np.clip(D.gravity(ur5, q), -ur5.effort_limit,
+                                                   ur5.effort_limit)[::-1], rtol=1e-9, atol=1e-9)
+
+
+def test_controller_refuses_bad_state_and_stale_state(ur5):
+    from rb_dynamics.control import ControllerError
+
+    ctrl = _controller(ur5, max_state_age=0.05)
+    with pytest.raises(ControllerError, match="no joint state"):
+        ctrl.compute(0.0)
+    with pytest.raises(ControllerError, match="missing joints"):
+        ctrl.update_state(ur5.joint_names[:5], [0.0] * 5, [], now=0.0)
+    with pytest.raises(ControllerError, match="NaN"):
+        ctrl.update_state(ur5.joint_names, [0.0] * 5 + [np.nan], [], now=0.0)
+    with pytest.raises(ControllerError, match="6 names but 5 positions"):
+        ctrl.update_state(ur5.joint_names, [0.0] * 5, [], now=0.0)
+    ctrl.update_state(ur5.joint_names, [0.0] * 6, [], now=0.0)
+    with pytest.raises(ControllerError, match="stale"):
+        ctrl.compute(0.2)
+    with pytest.raises(ControllerError, match="unknown joint|not independent"):
+        _controller(ur5, joints=["nope"])
+
+
+def test_controller_gains_are_validated_atomically(ur5):
+    from rb_dynamics.control import ControllerError
+
+    ctrl = _controller(ur5, kp=50.0, kd=5.0)
+    for bad in ([-1.0] * 6, [np.nan] * 6, [1.0] * 3):
+        with pytest.raises(ControllerError):
+            ctrl.set_gains(kp=[10.0] * 6, kd=bad)
+        assert np.all(ctrl.kp[ctrl.index] == 50.0) and np.all(ctrl.kd[ctrl.index] == 5.0)
+    with pytest.raises(ControllerError, match="mode must be one of"):
+        ctrl.set_mode("impedance")
+
+
+def test_controller_computed_torque_follows_a_partial_trajectory(ur5):
+    ctrl = _controller(ur5, mode="computed_torque", kp=400.0, kd=40.0)
+    q, v, dt = np.array([0.0, -1.5, 1.5, -1.5, -1.5, 0.0]), np.zeros(6), 2e-3
+    ctrl.update_state(ur5.joint_names, q, v, now=0.0)
+    with pytest.raises(Exception, match="trajectory"):
+        ctrl.set_trajectory(["shoulder_pan_joint"], [TrajectoryPoint(1.0, [np.inf])], 0.0)
+    ctrl.set_trajectory(["elbow_joint", "shoulder_pan_joint"],
+                        [TrajectoryPoint(0.5, [1.2, 0.3], [0, 0], [0, 0]),
+                         TrajectoryPoint(1.0, [1.0, 0.5], [0, 0], [0, 0])], now=0.0)
+    for k in range(700):
+        out = ctrl.compute(k * dt)
+        tau = np.zeros(6)
+        tau[ctrl.index] = out.effort
+        s = step(ur5, q, v, tau, dt, "rk4", losses=False)
+        q, v = s.q, s.v
+        ctrl.update_state(ur5.joint_names, q, v, now=(k + 1) * dt)
+    goal = np.array([0.5, -1.5, 1.0, -1.5, -1.5, 0.0])
+    assert np.abs(q - goal).max() < 1e-3
