@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from . import dynamics as _ref
 from .model import Model
@@ -765,7 +766,8 @@ def _emit_function(name: str, args: Sequence[tuple[str, int]], g: _Gen, outputs:
         if n:
             names = ", ".join(f"{arg}{k}" for k in range(n))
             lines.append(f"    {names}, = {arg}")
-    body, result = _allocate(g.lines, f"({', '.join(g.ref(x) for x in outputs)},)")
+    result = f"({', '.join(g.ref(x) for x in outputs)},)" if outputs else "()"
+    body, result = _allocate(g.lines, result)
     lines += [f"    {line}" for line in body]
     lines.append(f"    return {result}")
     return "\n".join(lines) + "\n"
@@ -874,7 +876,8 @@ class FastDynamics:
         return np.ascontiguousarray(out.T).reshape((N,) + shape_out)
 
     # --- public kernels --------------------------------------------------------------
-    def rnea(self, q, v, a, f_ext: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
+    def rnea(self, q: ArrayLike, v: ArrayLike, a: ArrayLike,
+             f_ext: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
         """Inverse dynamics τ = M a + C v + g (external wrenches: reference fallback)."""
         m = self.model
         if f_ext:
@@ -887,7 +890,7 @@ class FastDynamics:
                                (m.nv,))
         return np.array(self._scalar["rnea"](ql, vl, al))
 
-    def gravity(self, q) -> np.ndarray:
+    def gravity(self, q: ArrayLike) -> np.ndarray:
         """Generalized gravity g(q)."""
         m = self.model
         ql = _check_single(q, m.nq, "q")
@@ -895,7 +898,7 @@ class FastDynamics:
             return self._batch("gravity", [(q, m.nq, "q")], (m.nv,))
         return np.array(self._scalar["gravity"](ql))
 
-    def nonlinear_effects(self, q, v) -> np.ndarray:
+    def nonlinear_effects(self, q: ArrayLike, v: ArrayLike) -> np.ndarray:
         """C(q, v) v + g(q)."""
         m = self.model
         ql = _check_single(q, m.nq, "q")
@@ -904,7 +907,7 @@ class FastDynamics:
             return self._batch("nle", [(q, m.nq, "q"), (v, m.nv, "v")], (m.nv,))
         return np.array(self._scalar["nle"](ql, vl))
 
-    def crba(self, q) -> np.ndarray:
+    def crba(self, q: ArrayLike) -> np.ndarray:
         """Joint-space inertia matrix M(q) (exactly symmetric)."""
         m = self.model
         ql = _check_single(q, m.nq, "q")
@@ -912,7 +915,8 @@ class FastDynamics:
             return self._batch("crba", [(q, m.nq, "q")], (m.nv, m.nv))
         return np.array(self._scalar["crba"](ql)).reshape(m.nv, m.nv)
 
-    def aba(self, q, v, tau, f_ext: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
+    def aba(self, q: ArrayLike, v: ArrayLike, tau: ArrayLike,
+            f_ext: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
         """Forward dynamics q̈ (ABA; models with mimic joints use CRBA + unrolled LDLᵀ)."""
         m = self.model
         if f_ext:

@@ -197,3 +197,14 @@ def test_large_finite_inputs_are_not_rejected():
     fast = compile_dynamics(model)
     huge = np.full(model.nv, 1e308)
     assert fast.rnea(model.neutral_configuration(), np.zeros(model.nv), huge).shape == (model.nv,)
+
+
+def test_model_without_joints():
+    xml = ('<robot name="welded"><link name="a"/><link name="b"><inertial><mass value="1"/>'
+           '<inertia ixx="1" iyy="1" izz="1" ixy="0" ixz="0" iyz="0"/></inertial></link>'
+           '<joint name="w" type="fixed"><parent link="a"/><child link="b"/></joint></robot>')
+    fast = compile_dynamics(load_model(xml))
+    empty = np.zeros(0)
+    assert fast.rnea(empty, empty, empty).shape == (0,)
+    assert fast.crba(empty).shape == (0, 0)
+    assert fast.aba(np.zeros((3, 0)), np.zeros((3, 0)), np.zeros((3, 0))).shape == (3, 0)
