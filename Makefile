@@ -1,0 +1,27 @@
+# Everything runs from ./.venv, set up by scripts/setup_env.sh (idempotent: seconds when done).
+.PHONY: setup run test lint clean
+
+VENV := .venv
+PY := $(VENV)/bin/python
+
+# DDS stays on loopback, on a random domain, logging inside build/
+export ROS_AUTOMATIC_DISCOVERY_RANGE ?= LOCALHOST
+export ROS_LOCALHOST_ONLY ?= 1
+export ROS_DOMAIN_ID ?= $(shell echo $$(( 50 + $$(od -An -N2 -tu2 /dev/urandom) % 150 )))
+export ROS_LOG_DIR ?= $(CURDIR)/build/ros_log
+
+setup:
+	@bash scripts/setup_env.sh
+
+# the main job: the node on the bundled arm, a driver publishing joint states, gravity printed
+run: setup
+	$(PY) -m rb_dynamics.main_job
+
+test: setup
+	$(PY) -m pytest test -q
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf build install log $(VENV)

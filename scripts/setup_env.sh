@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# Sets up everything rb_dynamics needs on a machine without ROS, in ./.venv:
+#   1. checks Python >= 3.10 (with venv and headers), a C/C++ compiler, make, cmake
+#   2. creates .venv
+#   3. installs the pinned ROS 2 Jazzy wheels and tools (requirements/*.txt), then
+#      rewrites the wheels' foreign include paths in $VENV/share/*/cmake/*.cmake
+#   4. builds rb_dynamics_interfaces with cmake and installs it into .venv (no sourcing needed)
+#   5. installs rb_dynamics into .venv (pip install -e .)
+# Each step is skipped when a stamp in .venv/.stamps matches the hash of its inputs, so a second
+# run with nothing changed takes a second or two. Variables: PYTHON (interpreter to use),
+# VENV (default ./.venv).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+VENV=${VENV:-$ROOT/.venv}
+BUILD=$ROOT/build
+LOGS=$BUILD/setup_logs
+STAMPS=$VENV/.stamps
+START=$SECONDS
+
+step() { printf '[setup] %s\n' "$*"; }
+die() { printf '[setup] ERROR: %s\n' "$*" >&2; exit 1; }
+hash_of() { cat "$@" | sha256sum | cut -c1-16; }
+stamp_ok() { [ -f "$STAMPS/$1" ] && [ "$(cat "$STAMPS/$1")" = "$2" ]; }
+stamp_set() { mkdir -p "$STAMPS" && printf '%s\n' "$2" >"$STAMPS/$1"; }
+run_logged() {  # run_logged NAME CMD...: output to a log file, shown only on failure
+  local log=$LOGS/$1.log
+  shift
+  if ! "$@" >"$log" 2>&1; then
+    grep -v "^WARNING: Location 'file:" "$log" | tail -n 40 >&2
+    die "failed: $* (full log: $log)"
+  fi
+}
+
+# DDS stays on this machine in everything this script (and what it starts) runs.
+export ROS_AUTOMATIC_DISCOVERY_RANGE=${ROS_AUTOMATIC_DISCOVERY_RANGE:-LOCALHOST}
+export ROS_LOCALHOST_ONLY=${ROS_LOCALHOST_ONLY:-1}
+export ROS_DOMAIN_ID=${ROS_DOMAIN_ID:-$((50 + RANDOM % 150))}
+export ROS_LOG_DIR=${ROS_LOG_DIR:-$BUILD/ros_log}
+
+mkdir -p "$LOGS"
+if command -v flock >/dev/null; then  # two `make` at once wait for each other
+  exec 9>"$BUILD/setup.lock"
+  flock 9
+fi
+
+# ---------------------------------------------------------------- 1. what the machine must have
+PY=""
+for candidate in ${PYTHON:-} python3 python3.13 python3.12 python3.11 python3.10; do
+  if command -v "$candidate" >/dev/null &&
+     "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
+    PY=$(command -v "$candidate")
+    break
+  fi
+done
+[ -n "$PY" ] || die "Python >= 3.10 not found (have: $(python3 --version 2>&1 || echo none)); \
+install it, e.g. apt-get install python3 python3-venv python3-dev"
+"$PY" -c 'import venv, ensurepip' 2>/dev/null ||
+  die "$PY has no venv/ensurepip module: apt-get install python3-venv"
+PY_INCLUDE=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+[ -f "$PY_INCLUDE/Python.h" ] ||
+  die "Python headers missing ($PY_INCLUDE/Python.h): apt-get install python3-dev"
+command -v cc >/dev/null || command -v gcc >/dev/null ||
+  die "no C compiler (cc/gcc): apt-get install build-essential"
+command -v c++ >/dev/null || command -v g++ >/dev/null ||
+  die "no C++ compiler (c++/g++): apt-get install build-essential"
+command -v make >/dev/null || die "no make: apt-get install build-essential"
+
+# cmake: the system's if it is >= 3.22, else the cmake wheel inside the venv
+CMAKE_SOURCE="venv wheel (requirements/cmake.txt)"
+if command -v cmake >/dev/null && [ "$(command -v cmake)" != "$VENV/bin/cmake" ]; then
+  version=$(cmake --version | head -n 1 | awk '{print $3}')
+  if printf '3.22\n%s\n' "$version" | sort -V -C; then
+    CMAKE_SOURCE="system $(command -v cmake) $version"
+  fi
+fi
+step "python: $PY ($("$PY" --version 2>&1 | cut -d' ' -f2)); cmake: $CMAKE_SOURCE"
+
+# ---------------------------------------------------------------- 2. the venv
+if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c '' 2>/dev/null; then
+  step "creating $VENV"
+  rm -rf "$VENV"
+  "$PY" -m venv "$VENV"
+fi
+VPY=$VENV/bin/python
+PIP=("$VPY" -m pip install --disable-pip-version-check --no-input)
+
+# ---------------------------------------------------------------- 3. pinned packages
+REQ_HASH=$( { hash_of requirements/*.txt; "$VPY" -VV; echo "$CMAKE_SOURCE"; } | sha256sum | cut -c1-16)
+if stamp_ok requirements "$REQ_HASH"; then
+  step "packages: up to date (requirements/*.txt unchanged)"
+else
+  step "packages: installing ROS 2 Jazzy wheels, numpy, scipy, pin, pytest, ruff, colcon..." \
+       "(about a minute when nothing is cached)"
+  run_logged pip-install "${PIP[@]}" -c requirements/lock.txt \
+    -r requirements/ros-jazzy.txt -r requirements/dev.txt
+  case $CMAKE_SOURCE in
+    venv*) step "packages: no usable system cmake: installing the cmake wheel into the venv"
+           run_logged pip-cmake "${PIP[@]}" -r requirements/cmake.txt ;;
+  esac
+  step "packages: reinstalling lark over the rosidl wheels' lark-parser"
+  run_logged pip-lark "${PIP[@]}" --force-reinstall --no-deps -r requirements/lark.txt
+
+  # The wheels' CMake exports name the include dirs of the host they were built on
+  # (/opt/python/cp3XX-cp3XX/...): point them at this interpreter's and this numpy's.
+  VENV_INCLUDE=$("$VPY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+  NUMPY_INCLUDE=$("$VPY" -c 'import numpy; print(numpy.get_include())')
+  mapfile -t cmake_files < <(grep -l '/opt/python/cp3' "$VENV"/share/*/cmake/*.cmake || true)
+  if [ "${#cmake_files[@]}" -gt 0 ]; then
+    sed -i \
+      -e "s#/opt/python/cp3[0-9]*-cp3[0-9]*/lib/python3\.[0-9]*/site-packages/numpy/_core/include#$NUMPY_INCLUDE#g" \
+      -e "s#/opt/python/cp3[0-9]*-cp3[0-9]*/include/python3\.[0-9]*#$VENV_INCLUDE#g" \
+      "${cmake_files[@]}"
+  fi
+  step "packages: rewrote include paths in ${#cmake_files[@]} CMake files" \
+       "-> $VENV_INCLUDE, $NUMPY_INCLUDE"
+  if grep -l '/opt/python/cp3' "$VENV"/share/*/cmake/*.cmake >/dev/null 2>&1; then
+    die "foreign /opt/python paths remain in $VENV/share/*/cmake/*.cmake"
+  fi
+  rm -f "$STAMPS/interfaces" "$STAMPS/package"
+  stamp_set requirements "$REQ_HASH"
+fi
+
+# ---------------------------------------------------------------- 4. rb_dynamics_interfaces
+IF_SRC=$ROOT/rb_dynamics_interfaces
+IF_HASH=$( { echo "$REQ_HASH"; find "$IF_SRC" -type f | LC_ALL=C sort | xargs cat; } |
+  sha256sum | cut -c1-16)
+if stamp_ok interfaces "$IF_HASH"; then
+  step "rb_dynamics_interfaces: up to date"
+else
+  step "rb_dynamics_interfaces: building with cmake and installing into $VENV (~30 s)"
+  export PATH=$VENV/bin:$PATH AMENT_PREFIX_PATH=$VENV CMAKE_PREFIX_PATH=$VENV
+  rm -rf "$BUILD/rb_dynamics_interfaces"
+  run_logged interfaces-configure cmake -S "$IF_SRC" -B "$BUILD/rb_dynamics_interfaces" \
+    -DCMAKE_INSTALL_PREFIX="$VENV" -DBUILD_TESTING=OFF -DPython3_EXECUTABLE="$VPY"
+  run_logged interfaces-build cmake --build "$BUILD/rb_dynamics_interfaces" -j "$(nproc)"
+  run_logged interfaces-install cmake --install "$BUILD/rb_dynamics_interfaces"
+  stamp_set interfaces "$IF_HASH"
+fi
+
+# ---------------------------------------------------------------- 5. rb_dynamics itself
+PKG_HASH=$( { echo "$REQ_HASH $ROOT"; cat setup.py setup.cfg package.xml; } |
+  sha256sum | cut -c1-16)
+if stamp_ok package "$PKG_HASH"; then
+  step "rb_dynamics: up to date (editable install of $ROOT)"
+else
+  # editable: code changes need no reinstall; the URDF is package data, so it is found too
+  # (data_files such as launch/ and config/ are not copied to $VENV/share by an editable install)
+  step "rb_dynamics: pip install -e . (no deps: all pinned above)"
+  run_logged pip-rb_dynamics "${PIP[@]}" --no-deps --no-build-isolation -e "$ROOT"
+  step "checking that rclpy, the interfaces and rb_dynamics import"
+  run_logged import-check "$VPY" -c \
+    'import rclpy, rb_dynamics; from rb_dynamics_interfaces.srv import ForwardDynamics'
+  stamp_set package "$PKG_HASH"
+fi
+
+step "ready in $((SECONDS - START)) s: $VENV (ROS 2 Jazzy wheels, rb_dynamics_interfaces," \
+     "rb_dynamics); no sourcing needed, use $VENV/bin/python"

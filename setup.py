@@ -1,0 +1,35 @@
+"""rb_dynamics: an ament_python package (colcon, ``pip install .`` and ``pip install -e .``)."""
+
+from glob import glob
+
+from setuptools import find_packages, setup
+
+package_name = "rb_dynamics"
+
+setup(
+    name=package_name,
+    version="0.1.0",
+    packages=find_packages(exclude=["test", "test.*"]),
+    # the bundled robot ships inside the Python package too, so `pip install` (even -e) finds it
+    package_data={package_name: ["urdf/*.urdf"]},
+    data_files=[
+        ("share/ament_index/resource_index/packages", [f"resource/{package_name}"]),
+        (f"share/{package_name}", ["package.xml"]),
+        (f"share/{package_name}/launch", glob("launch/*.launch.py")),
+        (f"share/{package_name}/config", glob("config/*.yaml")),
+        (f"share/{package_name}/urdf", glob(f"{package_name}/urdf/*.urdf")),
+    ],
+    install_requires=["setuptools", "numpy", "scipy"],
+    zip_safe=True,
+    maintainer="rb_dynamics maintainers",
+    maintainer_email="maintainers@users.noreply.example",
+    description="Rigid-body dynamics of URDF robots and a ROS 2 node serving them",
+    license="Apache-2.0",
+    python_requires=">=3.10",
+    entry_points={
+        "console_scripts": [
+            "rb_dynamics_node = rb_dynamics.node:main",
+            "rb_simulator = rb_dynamics.sim_node:main",
+        ],
+    },
+)
