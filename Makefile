@@ -7,7 +7,10 @@ PY := $(VENV)/bin/python
 # DDS stays on loopback, on a random domain, logging inside build/
 export ROS_AUTOMATIC_DISCOVERY_RANGE ?= LOCALHOST
 export ROS_LOCALHOST_ONLY ?= 1
-export ROS_DOMAIN_ID ?= $(shell echo $$(( 50 + $$(od -An -N2 -tu2 /dev/urandom) % 150 )))
+ifndef ROS_DOMAIN_ID
+ROS_DOMAIN_ID := $(shell echo $$(( 50 + $$(od -An -N2 -tu2 /dev/urandom) % 150 )))
+endif
+export ROS_DOMAIN_ID
 export ROS_LOG_DIR ?= $(CURDIR)/build/ros_log
 
 setup:

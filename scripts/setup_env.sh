@@ -50,7 +50,7 @@ PY=""
 for candidate in ${PYTHON:-} python3 python3.13 python3.12 python3.11 python3.10; do
   if command -v "$candidate" >/dev/null &&
      "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
-    PY=$(command -v "$candidate")
+    PY=$("$candidate" -c 'import sys; print(sys.executable)')
     break
   fi
 done
