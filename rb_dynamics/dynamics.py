@@ -37,7 +37,9 @@ __all__ = [
     "forward_dynamics_crba",
     "gravity",
     "kinetic_energy",
+    "link_acceleration",
     "link_jacobian",
+    "point_jacobian",
     "link_pose",
     "nonlinear_effects",
     "potential_energy",
@@ -421,3 +423,49 @@ def centroidal_momentum(model: Model, q, v) -> np.ndarray:
     linear = h_world[..., 3:]
     angular = h_world[..., :3] - np.cross(com, linear)
     return np.concatenate([linear, angular], axis=-1)
+
+
+def link_acceleration(model: Model, q, v, a, link: str, point=None) -> np.ndarray:
+    """Classical acceleration [linear; angular] of a point of ``link`` in world axes.
+
+    ``point`` is in link coordinates (default: the link origin). Gravity is not included, so
+    with a = 0 this is the bias term J̇ v of the point's Jacobian.
+    """
+    q = check_vector(q, model.nq, "q")
+    v = check_vector(v, model.nv, "v")
+    a = check_vector(a, model.nv, "a")
+    Xup = _forward_kinematics(model, q)
+    vel, acc = [], []
+    for i in range(model.n_bodies):
+        S, p = model.S[i], model.parent[i]
+        vJ = _joint_v(model, v, i) @ S.T
+        aJ = _joint_v(model, a, i) @ S.T
+        if p < 0:
+            vel.append(vJ)
+            acc.append(aJ)
+        else:
+            vel.append(motion_apply(Xup[i], vel[p]) + vJ)
+            acc.append(motion_apply(Xup[i], acc[p]) + aJ + motion_apply(crm(vel[i]), vJ))
+    X0 = body_transforms(model, q)
+    X_link, body = _link_transform(model, X0, link)
+    if body < 0:
+        return np.zeros(6)
+    frame = model.frames[link].X_from_body
+    v_link, a_link = frame @ vel[body], frame @ acc[body]  # spatial, link coordinates
+    omega, v_origin = v_link[:3], v_link[3:]
+    alpha, a_origin = a_link[:3], a_link[3:]
+    r = np.zeros(3) if point is None else np.asarray(point, dtype=float)
+    v_point = v_origin + np.cross(omega, r)
+    linear = a_origin + np.cross(alpha, r) + np.cross(omega, v_point)  # spatial → classical
+    R = X_link[:3, :3].T
+    return np.concatenate([R @ linear, R @ alpha])
+
+
+def point_jacobian(model: Model, q, link: str, point=None) -> np.ndarray:
+    """3×nv Jacobian of the world velocity of a point of ``link`` (link coordinates)."""
+    J = link_jacobian(model, q, link, "local_world_aligned")
+    if point is None:
+        return J[:3]
+    R = link_pose(model, q, link)[:3, :3]
+    offset = R @ np.asarray(point, dtype=float)
+    return J[:3] - np.cross(offset, J[3:].T).T
