@@ -133,7 +133,8 @@ class FrameWeld(Constraint):
         zero = np.zeros(model.nv)
         Ja = dynamics.link_jacobian(model, q, self.link_a, "local_world_aligned")
         Jb = dynamics.link_jacobian(model, q, self.link_b, "local_world_aligned")
-        Ta, Tb = dynamics.link_pose(model, q, self.link_a), dynamics.link_pose(model, q, self.link_b)
+        Ta = dynamics.link_pose(model, q, self.link_a)
+        Tb = dynamics.link_pose(model, q, self.link_b)
         if self.relative_rotation is None:
             self.relative_rotation = Ta[:3, :3].T @ Tb[:3, :3]
         # position: origin of b stays at origin of a; orientation: small-angle error vector
