@@ -53,8 +53,9 @@ def continuous_mask(model: Model) -> np.ndarray:
     return mask
 
 
-def position_error(model: Model, q_desired: np.ndarray, q: np.ndarray,
-                   continuous: np.ndarray | None = None) -> np.ndarray:
+def position_error(
+    model: Model, q_desired: np.ndarray, q: np.ndarray, continuous: np.ndarray | None = None
+) -> np.ndarray:
     """q_d − q, wrapped to (−π, π] on continuous joints."""
     error = np.asarray(q_desired, dtype=float) - q
     if continuous is None:
@@ -70,8 +71,13 @@ def clamp_effort(model: Model, tau: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return clipped, clipped != tau
 
 
-def friction_compensation(model: Model, v: np.ndarray, viscous: bool = True,
-                          coulomb: bool = True, smoothing_velocity: float = 0.01) -> np.ndarray:
+def friction_compensation(
+    model: Model,
+    v: np.ndarray,
+    viscous: bool = True,
+    coulomb: bool = True,
+    smoothing_velocity: float = 0.01,
+) -> np.ndarray:
     """Damping·q̇ + friction·tanh(q̇/ε): the URDF <dynamics> losses, smoothed through zero."""
     tau = np.zeros(model.nv)
     if viscous:
@@ -81,8 +87,9 @@ def friction_compensation(model: Model, v: np.ndarray, viscous: bool = True,
     return tau
 
 
-def gravity_compensation(model: Model, q: np.ndarray, v: np.ndarray | None = None,
-                         friction: bool = False) -> np.ndarray:
+def gravity_compensation(
+    model: Model, q: np.ndarray, v: np.ndarray | None = None, friction: bool = False
+) -> np.ndarray:
     """τ = g(q), plus friction compensation at velocity v when asked."""
     tau = dynamics.gravity(model, q)
     if friction:
@@ -92,12 +99,23 @@ def gravity_compensation(model: Model, q: np.ndarray, v: np.ndarray | None = Non
     return tau
 
 
-def computed_torque(model: Model, q: np.ndarray, v: np.ndarray, q_desired: np.ndarray,
-                    v_desired: np.ndarray, a_desired: np.ndarray, kp: np.ndarray,
-                    kd: np.ndarray, rnea=None) -> np.ndarray:
+def computed_torque(
+    model: Model,
+    q: np.ndarray,
+    v: np.ndarray,
+    q_desired: np.ndarray,
+    v_desired: np.ndarray,
+    a_desired: np.ndarray,
+    kp: np.ndarray,
+    kd: np.ndarray,
+    rnea=None,
+) -> np.ndarray:
     """Computed-torque law as one inverse-dynamics call with the commanded acceleration."""
-    a_command = (np.asarray(a_desired, dtype=float) + kd * (np.asarray(v_desired) - v)
-                 + kp * position_error(model, q_desired, q))
+    a_command = (
+        np.asarray(a_desired, dtype=float)
+        + kd * (np.asarray(v_desired) - v)
+        + kp * position_error(model, q_desired, q)
+    )
     return (rnea or dynamics.rnea)(model, q, v, a_command)
 
 
@@ -133,8 +151,9 @@ def _as_arrays(point: TrajectoryPoint) -> TrajectoryPoint:
     def arr(x):
         return None if x is None else np.asarray(x, dtype=float)
 
-    return TrajectoryPoint(float(point.time), arr(point.positions), arr(point.velocities),
-                           arr(point.accelerations))
+    return TrajectoryPoint(
+        float(point.time), arr(point.positions), arr(point.velocities), arr(point.accelerations)
+    )
 
 
 def _segment(t: float, T: float, p0, v0, a0, p1, v1, a1):
@@ -148,8 +167,11 @@ def _segment(t: float, T: float, p0, v0, a0, p1, v1, a1):
         c0, c1 = p0, v0
         c2 = (3 * (p1 - p0) - T * (2 * v0 + v1)) / T**2
         c3 = (2 * (p0 - p1) + T * (v0 + v1)) / T**3
-        return (c0 + t * (c1 + t * (c2 + t * c3)), c1 + t * (2 * c2 + 3 * c3 * t),
-                2 * c2 + 6 * c3 * t)
+        return (
+            c0 + t * (c1 + t * (c2 + t * c3)),
+            c1 + t * (2 * c2 + 3 * c3 * t),
+            2 * c2 + 6 * c3 * t,
+        )
     T2, T3, T4, T5 = T**2, T**3, T**4, T**5  # quintic, boundary p, v, a at both ends
     c0, c1, c2 = p0, v0, 0.5 * a0
     c3 = (20 * (p1 - p0) - (8 * v1 + 12 * v0) * T - (3 * a0 - a1) * T2) / (2 * T3)
@@ -164,16 +186,23 @@ def _segment(t: float, T: float, p0, v0, a0, p1, v1, a1):
 class TrajectorySampler:
     """A joint trajectory anchored at ``start_time`` and the state it started from."""
 
-    def __init__(self, points: Sequence[TrajectoryPoint], start_time: float,
-                 start_positions: np.ndarray, start_velocities: np.ndarray | None = None):
+    def __init__(
+        self,
+        points: Sequence[TrajectoryPoint],
+        start_time: float,
+        start_positions: np.ndarray,
+        start_velocities: np.ndarray | None = None,
+    ):
         if not points:
             raise TrajectoryError("trajectory has no points")
         n = len(start_positions)
         for k, point in enumerate(points):
             _check_point(point, n, k)
             if k and point.time <= points[k - 1].time:
-                raise TrajectoryError(f"point {k}: time_from_start {point.time} is not after "
-                                      f"point {k - 1}'s {points[k - 1].time}")
+                raise TrajectoryError(
+                    f"point {k}: time_from_start {point.time} is not after "
+                    f"point {k - 1}'s {points[k - 1].time}"
+                )
         self.points = [_as_arrays(point) for point in points]
         self.start_time = float(start_time)
         zero = np.zeros(n)
@@ -182,9 +211,11 @@ class TrajectorySampler:
         # the spline toward the first point starts from the measured state with the same
         # derivatives the first point carries (ros2_controllers does the same)
         self.start = TrajectoryPoint(
-            0.0, np.asarray(start_positions, float),
+            0.0,
+            np.asarray(start_positions, float),
             v_start if first.velocities is not None else None,
-            zero if first.accelerations is not None else None)
+            zero if first.accelerations is not None else None,
+        )
 
     @property
     def end_time(self) -> float:
@@ -202,10 +233,15 @@ class TrajectorySampler:
         for point in self.points:
             if t < point.time:
                 pos, vel, acc = _segment(
-                    t - before.time, point.time - before.time,
-                    np.asarray(before.positions, float), before.velocities,
-                    before.accelerations, np.asarray(point.positions, float), point.velocities,
-                    point.accelerations)
+                    t - before.time,
+                    point.time - before.time,
+                    np.asarray(before.positions, float),
+                    before.velocities,
+                    before.accelerations,
+                    np.asarray(point.positions, float),
+                    point.velocities,
+                    point.accelerations,
+                )
                 return pos, vel, acc, False
             before = point
         raise AssertionError("unreachable")
@@ -263,20 +299,36 @@ class JointController:
     ``joints``. Nothing is computed from a state older than ``max_state_age`` seconds.
     """
 
-    def __init__(self, model: Model, joints: Sequence[str] | None = None, *,
-                 mode: str = "gravity", kp=100.0, kd=20.0, friction_compensation: bool = False,
-                 max_state_age: float = 0.1, backend=None):
+    def __init__(
+        self,
+        model: Model,
+        joints: Sequence[str] | None = None,
+        *,
+        mode: str = "gravity",
+        kp=100.0,
+        kd=20.0,
+        friction_compensation: bool = False,
+        max_state_age: float = 0.1,
+        backend=None,
+    ):
         if any(kind not in ("revolute", "prismatic") for kind in model.joint_kinds):
-            raise ControllerError("the controller drives fixed-base arms; this model has "
-                                  f"{sorted(set(model.joint_kinds))} joints")
+            raise ControllerError(
+                "the controller drives fixed-base arms; this model has "
+                f"{sorted(set(model.joint_kinds))} joints"
+            )
         self.model = model
         self.joints = list(joints) if joints else list(model.actuated_joint_names)
         unknown = [n for n in self.joints if n not in model.joint_names]
         if unknown:
-            hint = " (mimic joints follow their leader)" if set(unknown) & set(
-                model.mimic_joints) else ""
-            raise ControllerError(f"joints {unknown} are not independent joints of the "
-                                  f"model{hint}; known: {model.joint_names}")
+            hint = (
+                " (mimic joints follow their leader)"
+                if set(unknown) & set(model.mimic_joints)
+                else ""
+            )
+            raise ControllerError(
+                f"joints {unknown} are not independent joints of the "
+                f"model{hint}; known: {model.joint_names}"
+            )
         if len(set(self.joints)) != len(self.joints):
             raise ControllerError(f"joints {self.joints} has repeated names")
         self.index = np.array([model.joint_v_index[model.joint_index(n)] for n in self.joints])
@@ -308,8 +360,10 @@ class JointController:
         if values.ndim == 0:
             values = np.full(len(self.joints), float(values))
         if values.shape != (len(self.joints),):
-            raise ControllerError(f"{name} needs 1 or {len(self.joints)} values (one per joint "
-                                  f"in {self.joints}), got {values.size}")
+            raise ControllerError(
+                f"{name} needs 1 or {len(self.joints)} values (one per joint "
+                f"in {self.joints}), got {values.size}"
+            )
         if not np.all(np.isfinite(values)) or np.any(values < 0):
             raise ControllerError(f"{name} must be finite and ≥ 0, got {values.tolist()}")
         full = np.zeros(self.model.nv)
@@ -317,22 +371,29 @@ class JointController:
         return full
 
     def set_gains(self, kp=None, kd=None) -> None:
-        """Per-joint gains (a scalar applies to every joint); both validated before either is set."""
+        """Per-joint gains (a scalar sets every joint); both are validated before either is set."""
         new_kp = self.kp if kp is None else self._gain_vector(kp, "kp")
         new_kd = self.kd if kd is None else self._gain_vector(kd, "kd")
         self.kp, self.kd = new_kp, new_kd
 
     # -- inputs --------------------------------------------------------------------
 
-    def update_state(self, names: Sequence[str], positions: Sequence[float],
-                     velocities: Sequence[float], now: float) -> None:
+    def update_state(
+        self,
+        names: Sequence[str],
+        positions: Sequence[float],
+        velocities: Sequence[float],
+        now: float,
+    ) -> None:
         """A joint state by name (extra joints ignored); raises ControllerError if unusable."""
         if len(positions) != len(names):
-            raise ControllerError(f"joint_states: {len(names)} names but {len(positions)} "
-                                  "positions")
+            raise ControllerError(
+                f"joint_states: {len(names)} names but {len(positions)} positions"
+            )
         if len(velocities) not in (0, len(names)):
-            raise ControllerError(f"joint_states: {len(names)} names but {len(velocities)} "
-                                  "velocities")
+            raise ControllerError(
+                f"joint_states: {len(names)} names but {len(velocities)} velocities"
+            )
         if len(set(names)) != len(names):
             raise ControllerError("joint_states: repeated joint names")
         q = np.zeros(self.model.nq)
@@ -352,14 +413,17 @@ class JointController:
             raise ControllerError("joint_states: NaN or inf in positions or velocities")
         self.q, self.v, self.state_time = q, v, now
 
-    def set_trajectory(self, names: Sequence[str], points: Sequence[TrajectoryPoint],
-                       now: float) -> None:
+    def set_trajectory(
+        self, names: Sequence[str], points: Sequence[TrajectoryPoint], now: float
+    ) -> None:
         """A reference by name; joints it leaves out hold their current reference."""
         if self.q is None:
             raise ControllerError("trajectory: no joint state received yet")
         if self.mode != "computed_torque":
-            raise ControllerError(f"trajectory: the controller is in {self.mode!r} mode; set "
-                                  "mode to 'computed_torque' to follow trajectories")
+            raise ControllerError(
+                f"trajectory: the controller is in {self.mode!r} mode; set "
+                "mode to 'computed_torque' to follow trajectories"
+            )
         if not names:
             raise ControllerError("trajectory: no joint names")
         unknown = [n for n in names if n not in self.state_index]
@@ -382,10 +446,14 @@ class JointController:
                 full[columns] = values
                 return full
 
-            full_points.append(TrajectoryPoint(
-                point.time, spread(point.positions, start),
-                spread(point.velocities, np.zeros(n)),
-                spread(point.accelerations, np.zeros(n))))
+            full_points.append(
+                TrajectoryPoint(
+                    point.time,
+                    spread(point.positions, start),
+                    spread(point.velocities, np.zeros(n)),
+                    spread(point.accelerations, np.zeros(n)),
+                )
+            )
         try:
             sampler = TrajectorySampler(full_points, now, start, start_v)
         except TrajectoryError as exc:
@@ -411,8 +479,10 @@ class JointController:
             raise ControllerError("no joint state received yet")
         age = self.state_age(now)
         if age > self.max_state_age:
-            raise ControllerError(f"joint state is stale ({age * 1e3:.0f} ms old, limit "
-                                  f"{self.max_state_age * 1e3:.0f} ms)")
+            raise ControllerError(
+                f"joint state is stale ({age * 1e3:.0f} ms old, limit "
+                f"{self.max_state_age * 1e3:.0f} ms)"
+            )
         if self.mode == "gravity":
             tau = self.backend.gravity(self.q)
             error = np.zeros(self.model.nv)
@@ -426,6 +496,8 @@ class JointController:
         if not np.all(np.isfinite(tau)):
             raise ControllerError("the computed effort is not finite; nothing published")
         clamped, hit = clamp_effort(self.model, tau)
-        return ControlOutput(clamped[self.index], [self.joints[k] for k, i in
-                                                   enumerate(self.index) if hit[i]],
-                             error[self.index])
+        return ControlOutput(
+            clamped[self.index],
+            [self.joints[k] for k, i in enumerate(self.index) if hit[i]],
+            error[self.index],
+        )

@@ -101,7 +101,9 @@ class Model:
     @property
     def actuated_joint_names(self) -> list[str]:
         """Independent 1-DoF joints, in tree order: what a joint-space controller drives."""
-        return [n for n, k in zip(self.joint_names, self.joint_kinds) if k in ("revolute", "prismatic")]
+        return [
+            n for n, k in zip(self.joint_names, self.joint_kinds) if k in ("revolute", "prismatic")
+        ]
 
     def joint_index(self, name: str) -> int:
         try:
@@ -221,7 +223,9 @@ def _parse_link(elem: ET.Element) -> _Link:
         return link
     where = f"link {name!r} <inertial>"
     mass_elem = inertial.find("mass")
-    link.mass = _float(None if mass_elem is None else mass_elem.get("value"), f"{where} <mass>", 0.0)
+    link.mass = _float(
+        None if mass_elem is None else mass_elem.get("value"), f"{where} <mass>", 0.0
+    )
     if link.mass < 0:
         raise URDFError(f"{where}: negative mass {link.mass}")
     rot, link.com = _origin(inertial.find("origin"), where)
@@ -270,18 +274,27 @@ def _parse_joint(elem: ET.Element) -> _Joint:
         raise URDFError(f"{where}: missing <child link=...>")
     rot, pos = _origin(elem.find("origin"), where)
     axis_elem = elem.find("axis")
-    axis = _floats(None if axis_elem is None else axis_elem.get("xyz"), 3, f"{where} <axis>",
-                   (1.0, 0.0, 0.0))
+    axis = _floats(
+        None if axis_elem is None else axis_elem.get("xyz"), 3, f"{where} <axis>", (1.0, 0.0, 0.0)
+    )
     norm = float(np.linalg.norm(axis))
     if urdf_type not in ("fixed", "floating") and norm < 1e-12:
         raise URDFError(f"{where}: zero <axis>")
-    joint = _Joint(name, urdf_type, parent.get("link"), child.get("link"), rot, pos,
-                   axis / norm if norm > 0 else axis)
+    joint = _Joint(
+        name,
+        urdf_type,
+        parent.get("link"),
+        child.get("link"),
+        rot,
+        pos,
+        axis / norm if norm > 0 else axis,
+    )
     limit = elem.find("limit")
     if limit is not None and urdf_type in ("revolute", "prismatic", "continuous"):
         joint.effort = abs(_float(limit.get("effort"), f"{where} <limit effort>", math.inf, True))
-        joint.velocity = abs(_float(limit.get("velocity"), f"{where} <limit velocity>", math.inf,
-                                    True))
+        joint.velocity = abs(
+            _float(limit.get("velocity"), f"{where} <limit velocity>", math.inf, True)
+        )
         if urdf_type != "continuous":
             joint.lower = _float(limit.get("lower"), f"{where} <limit lower>", 0.0, True)
             joint.upper = _float(limit.get("upper"), f"{where} <limit upper>", 0.0, True)
@@ -347,8 +360,10 @@ def _resolve_mimics(joints: dict[str, _Joint]) -> dict[str, tuple[str, float, fl
             if leader not in joints:
                 raise URDFError(f"joint {current.name!r}: <mimic> names unknown joint {leader!r}")
             if leader in seen:
-                raise URDFError(f"joint {name!r}: mimic chain {' -> '.join(seen + [leader])} "
-                                "points back at itself")
+                raise URDFError(
+                    f"joint {name!r}: mimic chain {' -> '.join(seen + [leader])} "
+                    "points back at itself"
+                )
             mult, off = mult * m, mult * o + off
             seen.append(leader)
             current = joints[leader]
@@ -394,8 +409,10 @@ def load_model(
             if link_name not in links:
                 raise URDFError(f"joint {joint.name!r}: {role} link {link_name!r} does not exist")
         if joint.child in parent_joint:
-            raise URDFError(f"link {joint.child!r} is the child of two joints "
-                            f"({parent_joint[joint.child].name!r} and {joint.name!r})")
+            raise URDFError(
+                f"link {joint.child!r} is the child of two joints "
+                f"({parent_joint[joint.child].name!r} and {joint.name!r})"
+            )
         joints[joint.name] = joint
         parent_joint[joint.child] = joint
         children[joint.parent].append(joint)
@@ -409,8 +426,9 @@ def load_model(
     builder.build(roots[0], floating_base, root_joint_name)
     unreached = sorted(set(links) - set(builder.frames))
     if unreached:
-        raise URDFError(f"links {unreached} are not connected to root {roots[0]!r} "
-                        "(the joints form a cycle)")
+        raise URDFError(
+            f"links {unreached} are not connected to root {roots[0]!r} (the joints form a cycle)"
+        )
     return builder.finish(root.get("name", "robot"), gravity, roots[0], floating_base, joints)
 
 
@@ -448,8 +466,15 @@ class _TreeBuilder:
 
     def build(self, root: str, floating_base: bool, root_joint_name: str) -> None:
         if floating_base:
-            body = self._add_body(-1, JointModel("free", np.zeros(3)), np.eye(6), root,
-                                  root_joint_name, None, np.eye(6))
+            body = self._add_body(
+                -1,
+                JointModel("free", np.zeros(3)),
+                np.eye(6),
+                root,
+                root_joint_name,
+                None,
+                np.eye(6),
+            )
             self._attach_link(root, body, np.eye(6))
         else:
             self._attach_link(root, -1, np.eye(6))
@@ -471,8 +496,15 @@ class _TreeBuilder:
             X_origin = plux(R_n.T, np.zeros(3)) @ X_origin
             X_child_from_body = plux(R_n, np.zeros(3))
             axis = np.array([0.0, 0.0, 1.0])
-        new = self._add_body(body, JointModel(kind, axis), X_origin @ X_link_from_body,
-                             joint.child, joint.name, joint, X_child_from_body)
+        new = self._add_body(
+            body,
+            JointModel(kind, axis),
+            X_origin @ X_link_from_body,
+            joint.child,
+            joint.name,
+            joint,
+            X_child_from_body,
+        )
         self._attach_link(joint.child, new, X_child_from_body)
 
     def finish(self, name, gravity, root_link, floating_base, joints) -> Model:
@@ -503,7 +535,9 @@ class _TreeBuilder:
                 if urdf_joint.urdf_type == "continuous":
                     continuous.append(jname)
                 if math.isinf(urdf_joint.effort):
-                    warnings.append(f"joint {jname!r} has no effort limit: commands are not clamped")
+                    warnings.append(
+                        f"joint {jname!r} has no effort limit: commands are not clamped"
+                    )
             else:
                 lower += [-math.inf] * jm.nq
                 upper += [math.inf] * jm.nq

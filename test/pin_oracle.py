@@ -24,8 +24,18 @@ def robots_dir() -> str:
         candidate = os.path.join(base, "cmeel.prefix", "share", "example-robot-data", "robots")
         if os.path.isdir(candidate):
             return candidate
-    hits = glob.glob(os.path.join(sys.prefix, "lib", "python3*", "site-packages", "cmeel.prefix",
-                                  "share", "example-robot-data", "robots"))
+    hits = glob.glob(
+        os.path.join(
+            sys.prefix,
+            "lib",
+            "python3*",
+            "site-packages",
+            "cmeel.prefix",
+            "share",
+            "example-robot-data",
+            "robots",
+        )
+    )
     if hits:
         return hits[0]
     raise RuntimeError("example-robot-data is not installed")
@@ -51,11 +61,12 @@ class Oracle:
         self.model = model
         self.v_perm = np.zeros(model.nv, dtype=int)
         self.joints = []
-        for name, kind, qi, vi in zip(model.joint_names, model.joint_kinds, model.joint_q_index,
-                                      model.joint_v_index):
+        for name, kind, qi, vi in zip(
+            model.joint_names, model.joint_kinds, model.joint_q_index, model.joint_v_index
+        ):
             pj = self.pm.joints[self.pm.getJointId(name)]
             assert pj.nv == (6 if kind == "free" else 3 if kind == "planar" else 1), name
-            self.v_perm[vi:vi + pj.nv] = np.arange(pj.idx_v, pj.idx_v + pj.nv)
+            self.v_perm[vi : vi + pj.nv] = np.arange(pj.idx_v, pj.idx_v + pj.nv)
             self.joints.append((kind, qi, pj.idx_q, pj.nq))
         assert sorted(self.v_perm) == list(range(self.pm.nv))
         # Pinocchio's momentum and energy algorithms refuse mimic joints: keep a model with the
@@ -70,11 +81,11 @@ class Oracle:
         out = np.zeros(self.pm.nq)
         for kind, qi, pq, pnq in self.joints:
             if kind == "planar":
-                out[pq:pq + 4] = [q[qi], q[qi + 1], np.cos(q[qi + 2]), np.sin(q[qi + 2])]
+                out[pq : pq + 4] = [q[qi], q[qi + 1], np.cos(q[qi + 2]), np.sin(q[qi + 2])]
             elif kind == "free":
-                out[pq:pq + 7] = q[qi:qi + 7]
+                out[pq : pq + 7] = q[qi : qi + 7]
             elif pnq == 2:
-                out[pq:pq + 2] = [np.cos(q[qi]), np.sin(q[qi])]
+                out[pq : pq + 2] = [np.cos(q[qi]), np.sin(q[qi])]
             else:
                 out[pq] = q[qi]
         return out
@@ -97,8 +108,9 @@ class Oracle:
         """Pinocchio (q, v) of the mimic-free model at our state (q, v)."""
         fm, m = self.full.model, self.model
         q_full, v_full = np.zeros(fm.nq), np.zeros(fm.nv)
-        for name, kind, qi, vi in zip(fm.joint_names, fm.joint_kinds, fm.joint_q_index,
-                                      fm.joint_v_index):
+        for name, kind, qi, vi in zip(
+            fm.joint_names, fm.joint_kinds, fm.joint_q_index, fm.joint_v_index
+        ):
             if name in m.mimic_joints:
                 leader, mult, off = m.mimic_joints[name]
                 k = m.joint_names.index(leader)
@@ -107,8 +119,8 @@ class Oracle:
             else:
                 k = m.joint_names.index(name)
                 nq, nv = JOINT_DIMENSIONS[kind]
-                q_full[qi:qi + nq] = q[m.joint_q_index[k]:m.joint_q_index[k] + nq]
-                v_full[vi:vi + nv] = v[m.joint_v_index[k]:m.joint_v_index[k] + nv]
+                q_full[qi : qi + nq] = q[m.joint_q_index[k] : m.joint_q_index[k] + nq]
+                v_full[vi : vi + nv] = v[m.joint_v_index[k] : m.joint_v_index[k] + nv]
         return self.full.q(q_full), self.full.v(v_full)
 
     def pinocchio_state(self, q: np.ndarray, v: np.ndarray):
@@ -130,13 +142,13 @@ class Oracle:
 
 def random_state(model: Model, rng: np.random.Generator):
     q = np.zeros(model.nq)
-    for kind, qi, vi in zip(model.joint_kinds, model.joint_q_index, model.joint_v_index):
+    for kind, qi in zip(model.joint_kinds, model.joint_q_index):
         if kind == "free":
-            q[qi:qi + 3] = rng.uniform(-1, 1, 3)
+            q[qi : qi + 3] = rng.uniform(-1, 1, 3)
             quat = rng.normal(size=4)
-            q[qi + 3:qi + 7] = quat / np.linalg.norm(quat)
+            q[qi + 3 : qi + 7] = quat / np.linalg.norm(quat)
         elif kind == "planar":
-            q[qi:qi + 3] = rng.uniform(-1, 1, 3) * [1, 1, np.pi]
+            q[qi : qi + 3] = rng.uniform(-1, 1, 3) * [1, 1, np.pi]
         else:
             lo, hi = model.position_lower[qi], model.position_upper[qi]
             lo, hi = (lo, hi) if np.isfinite(lo) and np.isfinite(hi) else (-np.pi, np.pi)

@@ -31,11 +31,14 @@ def _record(robot: str, quantity: str, err: float) -> None:
 
 def _sources():
     for name, (rel, floating) in REAL_ROBOTS.items():
-        yield pytest.param((name, lambda rel=rel: Path(robots_dir(), rel).read_text(), floating),
-                           id=name)
+        yield pytest.param(
+            (name, lambda rel=rel: Path(robots_dir(), rel).read_text(), floating), id=name
+        )
     yield pytest.param(("kitchen_sink", kitchen_sink_urdf, False), id="kitchen_sink")
-    yield pytest.param(("kitchen_sink_ff", lambda: kitchen_sink_urdf(with_floating=False), True),
-                       id="kitchen_sink_floating_base")
+    yield pytest.param(
+        ("kitchen_sink_ff", lambda: kitchen_sink_urdf(with_floating=False), True),
+        id="kitchen_sink_floating_base",
+    )
 
 
 @pytest.fixture(scope="module", params=list(_sources()))
@@ -65,11 +68,24 @@ def test_inverse_dynamics_gravity_and_bias(case):
     for _ in range(N_STATES):
         q, v, a, _ = random_state(model, rng)
         qp, vp, ap = oracle.q(q), oracle.v(v), oracle.v(a)
-        _record(name, "rnea", rel_err(D.rnea(model, q, v, a), oracle.from_v(pin.rnea(pm, pd, qp, vp, ap))))
-        _record(name, "gravity", rel_err(D.gravity(model, q),
-                                         oracle.from_v(pin.computeGeneralizedGravity(pm, pd, qp))))
-        _record(name, "nle", rel_err(D.nonlinear_effects(model, q, v),
-                                     oracle.from_v(pin.nonLinearEffects(pm, pd, qp, vp))))
+        _record(
+            name,
+            "rnea",
+            rel_err(D.rnea(model, q, v, a), oracle.from_v(pin.rnea(pm, pd, qp, vp, ap))),
+        )
+        _record(
+            name,
+            "gravity",
+            rel_err(D.gravity(model, q), oracle.from_v(pin.computeGeneralizedGravity(pm, pd, qp))),
+        )
+        _record(
+            name,
+            "nle",
+            rel_err(
+                D.nonlinear_effects(model, q, v),
+                oracle.from_v(pin.nonLinearEffects(pm, pd, qp, vp)),
+            ),
+        )
 
 
 def test_rnea_with_external_wrenches(case):
@@ -78,7 +94,9 @@ def test_rnea_with_external_wrenches(case):
     for _ in range(N_STATES):
         q, v, a, _ = random_state(model, rng)
         f_ext = {link: rng.uniform(-20, 20, 6) for link in _link_names(model, rng)}
-        ref = pin.rnea(oracle.pm, oracle.pd, oracle.q(q), oracle.v(v), oracle.v(a), oracle.fext(f_ext))
+        ref = pin.rnea(
+            oracle.pm, oracle.pd, oracle.q(q), oracle.v(v), oracle.v(a), oracle.fext(f_ext)
+        )
         _record(name, "rnea_fext", rel_err(D.rnea(model, q, v, a, f_ext), oracle.from_v(ref)))
 
 
@@ -109,7 +127,9 @@ def test_forward_dynamics(case):
         _record(name, "fd_crba", rel_err(D.forward_dynamics_crba(model, q, v, tau, f_ext), ref))
         if not model.has_mimic:
             ref_aba = pin.aba(pm, pd, qp, vp, oracle.v(tau), oracle.fext(f_ext))
-            _record(name, "aba_pin", rel_err(D.aba(model, q, v, tau, f_ext), oracle.from_v(ref_aba)))
+            _record(
+                name, "aba_pin", rel_err(D.aba(model, q, v, tau, f_ext), oracle.from_v(ref_aba))
+            )
 
 
 def test_centers_of_mass(case):
@@ -124,7 +144,9 @@ def test_centers_of_mass(case):
         for body, joint_name in enumerate(model.body_joint_names):
             jid = pm.getJointId(joint_name)
             if subtree_mass[body] > 0:  # Pinocchio gives subtree COMs in the joint frame
-                _record(name, "subtree_com", rel_err(subtree_com[body], pd.oMi[jid].act(pd.com[jid])))
+                _record(
+                    name, "subtree_com", rel_err(subtree_com[body], pd.oMi[jid].act(pd.com[jid]))
+                )
             _record(name, "subtree_mass", rel_err(subtree_mass[body], pd.mass[jid]))
 
 
@@ -134,20 +156,33 @@ def test_energies_and_momentum(case):
     for _ in range(N_STATES):
         q, v, _, _ = random_state(model, rng)
         pm, pd, qp, vp = oracle.pinocchio_state(q, v)
-        _record(name, "kinetic", rel_err(D.kinetic_energy(model, q, v),
-                                         pin.computeKineticEnergy(pm, pd, qp, vp)))
-        _record(name, "potential", rel_err(D.potential_energy(model, q),
-                                           pin.computePotentialEnergy(pm, pd, qp)))
+        _record(
+            name,
+            "kinetic",
+            rel_err(D.kinetic_energy(model, q, v), pin.computeKineticEnergy(pm, pd, qp, vp)),
+        )
+        _record(
+            name,
+            "potential",
+            rel_err(D.potential_energy(model, q), pin.computePotentialEnergy(pm, pd, qp)),
+        )
         hg = pin.computeCentroidalMomentum(pm, pd, qp, vp)
-        _record(name, "momentum", rel_err(D.centroidal_momentum(model, q, v),
-                                          np.concatenate([hg.linear, hg.angular])))
+        _record(
+            name,
+            "momentum",
+            rel_err(D.centroidal_momentum(model, q, v), np.concatenate([hg.linear, hg.angular])),
+        )
 
 
 def test_placements_and_jacobians(case):
     name, model, oracle = case
     rng = np.random.default_rng(7)
     pm, pd = oracle.pm, oracle.pd
-    frames = {"local": pin.LOCAL, "world": pin.WORLD, "local_world_aligned": pin.LOCAL_WORLD_ALIGNED}
+    frames = {
+        "local": pin.LOCAL,
+        "world": pin.WORLD,
+        "local_world_aligned": pin.LOCAL_WORLD_ALIGNED,
+    }
     for _ in range(N_STATES // 4):
         q = random_state(model, rng)[0]
         qp = oracle.q(q)
@@ -155,9 +190,13 @@ def test_placements_and_jacobians(case):
         pin.framesForwardKinematics(pm, pd, qp)
         for link in _link_names(model, rng, 6):
             fid = pm.getFrameId(link, pin.BODY)
-            _record(name, "placement", rel_err(D.link_pose(model, q, link),
-                                               pd.oMf[fid].homogeneous))
+            _record(
+                name, "placement", rel_err(D.link_pose(model, q, link), pd.oMf[fid].homogeneous)
+            )
             for frame, ref_frame in frames.items():
                 J_ref = oracle.cols(pin.getFrameJacobian(pm, pd, fid, ref_frame))
-                _record(name, f"jacobian_{frame}",
-                        rel_err(D.link_jacobian(model, q, link, frame), J_ref))
+                _record(
+                    name,
+                    f"jacobian_{frame}",
+                    rel_err(D.link_jacobian(model, q, link, frame), J_ref),
+                )

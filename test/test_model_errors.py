@@ -11,7 +11,10 @@ from urdf_samples import kitchen_sink_urdf
 from rb_dynamics import dynamics as D
 from rb_dynamics.model import URDFError, load_model
 
-LINK = '<link name="{}"><inertial><mass value="1"/><inertia ixx="0.1" iyy="0.1" izz="0.1"/></inertial></link>'
+LINK = (
+    '<link name="{}"><inertial><mass value="1"/>'
+    '<inertia ixx="0.1" iyy="0.1" izz="0.1"/></inertial></link>'
+)
 
 
 def robot(*parts: str) -> str:
@@ -19,8 +22,10 @@ def robot(*parts: str) -> str:
 
 
 def joint(name="j", kind="revolute", parent="a", child="b", extra="<axis xyz='0 0 1'/>"):
-    return (f'<joint name="{name}" type="{kind}"><parent link="{parent}"/>'
-            f'<child link="{child}"/>{extra}</joint>')
+    return (
+        f'<joint name="{name}" type="{kind}"><parent link="{parent}"/>'
+        f'<child link="{child}"/>{extra}</joint>'
+    )
 
 
 GOOD = robot(LINK.format("a"), LINK.format("b"), joint())
@@ -41,37 +46,86 @@ def test_good_urdf_loads_and_summarises():
         ("not xml at all <", "malformed XML"),
         ("<robot/>", "no <link>"),
         ("<model><link name='a'/></model>", "expected <robot>"),
-        (robot(LINK.format("a"), LINK.format("b"), joint(parent="a", child="b"),
-               joint(name="k", parent="b", child="a")), "cycle"),
+        (
+            robot(
+                LINK.format("a"),
+                LINK.format("b"),
+                joint(parent="a", child="b"),
+                joint(name="k", parent="b", child="a"),
+            ),
+            "cycle",
+        ),
         (robot(LINK.format("a"), LINK.format("b"), LINK.format("c"), joint()), "root links"),
         (robot(LINK.format("a"), LINK.format("b"), joint(parent="nope")), "parent link 'nope'"),
         (robot(LINK.format("a"), LINK.format("b"), joint(child="nope")), "child link 'nope'"),
         (robot(LINK.format("a"), LINK.format("b"), joint(kind="hinge")), "unknown joint type"),
-        (robot(LINK.format("a"), '<link name="b"><inertial><mass value="-1"/></inertial></link>',
-               joint()), "negative mass"),
-        (robot(LINK.format("a"), '<link name="b"><inertial><mass value="1"/>'
-               '<inertia ixx="-0.1" iyy="0.1" izz="0.1"/></inertial></link>', joint()),
-         "not positive semi-definite"),
-        (robot(LINK.format("a"), '<link name="b"><inertial><mass value="1"/>'
-               '<inertia ixx="0.1" iyy="0.1" izz="0.5"/></inertial></link>', joint()),
-         "triangle inequality"),
-        (robot(LINK.format("a"), LINK.format("b"), joint(extra="<axis xyz='0 0 0'/>")),
-         "zero <axis>"),
-        (robot(LINK.format("a"), LINK.format("b"), LINK.format("c"),
-               joint(extra="<axis xyz='0 0 1'/><mimic joint='k'/>"),
-               joint(name="k", parent="b", child="c", extra="<mimic joint='j'/>")),
-         "points back at itself"),
-        (robot(LINK.format("a"), LINK.format("b"), joint(extra="<mimic joint='j'/>")),
-         "points back at itself"),
-        (robot(LINK.format("a"), LINK.format("b"), joint(extra="<mimic joint='ghost'/>")),
-         "unknown joint 'ghost'"),
-        (robot(LINK.format("a"), LINK.format("b"), joint(extra="<origin xyz='0 nan 0'/>")),
-         "non-finite"),
-        (robot(LINK.format("a"), LINK.format("b"), joint(extra="<origin xyz='0 0'/>")),
-         "expected 3 numbers"),
+        (
+            robot(
+                LINK.format("a"),
+                '<link name="b"><inertial><mass value="-1"/></inertial></link>',
+                joint(),
+            ),
+            "negative mass",
+        ),
+        (
+            robot(
+                LINK.format("a"),
+                '<link name="b"><inertial><mass value="1"/>'
+                '<inertia ixx="-0.1" iyy="0.1" izz="0.1"/></inertial></link>',
+                joint(),
+            ),
+            "not positive semi-definite",
+        ),
+        (
+            robot(
+                LINK.format("a"),
+                '<link name="b"><inertial><mass value="1"/>'
+                '<inertia ixx="0.1" iyy="0.1" izz="0.5"/></inertial></link>',
+                joint(),
+            ),
+            "triangle inequality",
+        ),
+        (
+            robot(LINK.format("a"), LINK.format("b"), joint(extra="<axis xyz='0 0 0'/>")),
+            "zero <axis>",
+        ),
+        (
+            robot(
+                LINK.format("a"),
+                LINK.format("b"),
+                LINK.format("c"),
+                joint(extra="<axis xyz='0 0 1'/><mimic joint='k'/>"),
+                joint(name="k", parent="b", child="c", extra="<mimic joint='j'/>"),
+            ),
+            "points back at itself",
+        ),
+        (
+            robot(LINK.format("a"), LINK.format("b"), joint(extra="<mimic joint='j'/>")),
+            "points back at itself",
+        ),
+        (
+            robot(LINK.format("a"), LINK.format("b"), joint(extra="<mimic joint='ghost'/>")),
+            "unknown joint 'ghost'",
+        ),
+        (
+            robot(LINK.format("a"), LINK.format("b"), joint(extra="<origin xyz='0 nan 0'/>")),
+            "non-finite",
+        ),
+        (
+            robot(LINK.format("a"), LINK.format("b"), joint(extra="<origin xyz='0 0'/>")),
+            "expected 3 numbers",
+        ),
         (robot(LINK.format("a"), LINK.format("a")), "defined twice"),
-        (robot(LINK.format("a"), LINK.format("b"), LINK.format("c"), joint(),
-               joint(name="k", parent="c", child="b")), "child of two joints"),
+        (
+            robot(
+                LINK.format("a"),
+                LINK.format("b"),
+                LINK.format("c"),
+                joint(),
+                joint(name="k", parent="c", child="b"),
+            ),
+            "child of two joints",
+        ),
     ],
 )
 def test_bad_urdf_raises_urdf_error_naming_the_problem(xml, words):
@@ -85,10 +139,14 @@ def test_missing_file_is_a_urdf_error(tmp_path):
 
 
 def test_entity_expansion_is_refused_quickly():
-    lol = ('<?xml version="1.0"?><!DOCTYPE lolz [<!ENTITY lol "lol">'
-           + "".join(f'<!ENTITY lol{i} "{"&lol{};".format(i - 1 if i > 1 else "") * 10}">'
-                     for i in range(1, 10))
-           + ']><robot name="r"><link name="&lol9;"/></robot>')
+    lol = (
+        '<?xml version="1.0"?><!DOCTYPE lolz [<!ENTITY lol "lol">'
+        + "".join(
+            f'<!ENTITY lol{i} "{"&lol{};".format(i - 1 if i > 1 else "") * 10}">'
+            for i in range(1, 10)
+        )
+        + ']><robot name="r"><link name="&lol9;"/></robot>'
+    )
     start = time.monotonic()
     with pytest.raises(URDFError, match="DTD or entity"):
         load_model(lol)

@@ -3,31 +3,50 @@
 from __future__ import annotations
 
 
-def _inertial(mass: float, xyz: str = "0 0 0", rpy: str = "0 0 0",
-              inertia: str = 'ixx="0.02" ixy="0.001" ixz="-0.002" iyy="0.03" iyz="0.003" izz="0.025"'
-              ) -> str:
-    return (f'<inertial><origin xyz="{xyz}" rpy="{rpy}"/><mass value="{mass}"/>'
-            f"<inertia {inertia}/></inertial>")
+def _inertial(
+    mass: float,
+    xyz: str = "0 0 0",
+    rpy: str = "0 0 0",
+    inertia: str = 'ixx="0.02" ixy="0.001" ixz="-0.002" iyy="0.03" iyz="0.003" izz="0.025"',
+) -> str:
+    return (
+        f'<inertial><origin xyz="{xyz}" rpy="{rpy}"/><mass value="{mass}"/>'
+        f"<inertia {inertia}/></inertial>"
+    )
 
 
 def _link(name: str, inertial: str = "") -> str:
     return f'<link name="{name}">{inertial}</link>'
 
 
-def _joint(name: str, kind: str, parent: str, child: str, xyz: str = "0 0 0", rpy: str = "0 0 0",
-           axis: str | None = "0 0 1", extra: str = "") -> str:
+def _joint(
+    name: str,
+    kind: str,
+    parent: str,
+    child: str,
+    xyz: str = "0 0 0",
+    rpy: str = "0 0 0",
+    axis: str | None = "0 0 1",
+    extra: str = "",
+) -> str:
     axis_xml = f'<axis xyz="{axis}"/>' if axis else ""
-    limit = ('<limit lower="-2.5" upper="2.5" effort="50" velocity="3"/>'
-             if kind in ("revolute", "prismatic") else "")
+    limit = (
+        '<limit lower="-2.5" upper="2.5" effort="50" velocity="3"/>'
+        if kind in ("revolute", "prismatic")
+        else ""
+    )
     if kind == "continuous":
         limit = '<limit effort="30" velocity="4"/>'
-    return (f'<joint name="{name}" type="{kind}"><parent link="{parent}"/><child link="{child}"/>'
-            f'<origin xyz="{xyz}" rpy="{rpy}"/>{axis_xml}{limit}{extra}'
-            '<dynamics damping="0.1" friction="0.05"/></joint>')
+    return (
+        f'<joint name="{name}" type="{kind}"><parent link="{parent}"/><child link="{child}"/>'
+        f'<origin xyz="{xyz}" rpy="{rpy}"/>{axis_xml}{limit}{extra}'
+        '<dynamics damping="0.1" friction="0.05"/></joint>'
+    )
 
 
-def kitchen_sink_urdf(with_mimic: bool = True, with_planar: bool = True,
-                      with_floating: bool = True) -> str:
+def kitchen_sink_urdf(
+    with_mimic: bool = True, with_planar: bool = True, with_floating: bool = True
+) -> str:
     """Every supported feature: arbitrary axes, rpy origins, rotated inertials, a massless
     link, fixed joints (merged inertia), continuous, prismatic, mimic, planar and floating."""
     parts = [
@@ -50,8 +69,16 @@ def kitchen_sink_urdf(with_mimic: bool = True, with_planar: bool = True,
     if with_mimic:
         parts += [
             _link("finger", _inertial(0.3, "0.01 0.01 0.02", "0.4 0 0.1")),
-            _joint("finger_joint", "revolute", "l4", "finger", "0 -0.05 0.1", "0.1 0 0",
-                   "0 1 0", '<mimic joint="j4" multiplier="-0.7" offset="0.15"/>'),
+            _joint(
+                "finger_joint",
+                "revolute",
+                "l4",
+                "finger",
+                "0 -0.05 0.1",
+                "0.1 0 0",
+                "0 1 0",
+                '<mimic joint="j4" multiplier="-0.7" offset="0.15"/>',
+            ),
         ]
     if with_planar:
         parts += [
@@ -68,12 +95,17 @@ def kitchen_sink_urdf(with_mimic: bool = True, with_planar: bool = True,
     return '<?xml version="1.0"?>\n<robot name="kitchen_sink">' + "".join(parts) + "</robot>"
 
 
-def two_link_arm_urdf(m1: float, m2: float, l1: float, lg1: float, lg2: float,
-                      I1: float, I2: float) -> str:
+def two_link_arm_urdf(
+    m1: float, m2: float, l1: float, lg1: float, lg2: float, I1: float, I2: float
+) -> str:
     """The planar two-link arm of seed 004: joints about z, links along x, gravity along -y."""
+
     def inertial(m, lg, izz):
-        return (f'<inertial><origin xyz="{lg} 0 0"/><mass value="{m}"/>'
-                f'<inertia ixx="{izz}" ixy="0" ixz="0" iyy="{izz}" iyz="0" izz="{izz}"/></inertial>')
+        return (
+            f'<inertial><origin xyz="{lg} 0 0"/><mass value="{m}"/>'
+            f'<inertia ixx="{izz}" ixy="0" ixz="0" iyy="{izz}" iyz="0" izz="{izz}"/></inertial>'
+        )
+
     return f"""<robot name="two_link">
   <link name="base"/>
   <link name="link1">{inertial(m1, lg1, I1)}</link>
