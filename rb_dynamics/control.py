@@ -341,6 +341,7 @@ class JointController:
         self.set_gains(kp, kd)
         self.friction_compensation = bool(friction_compensation)
         self.max_state_age = float(max_state_age)
+        self.effort_scale = 1.0  # commands are clamped to effort_scale × the URDF limit
         self.q = self.v = None
         self.state_time = -math.inf
         self.trajectory: TrajectorySampler | None = None
@@ -355,7 +356,8 @@ class JointController:
             self.trajectory, self.hold_position = None, None
         self.mode = mode
 
-    def _gain_vector(self, gains, name: str) -> np.ndarray:
+    def gain_vector(self, gains, name: str) -> np.ndarray:
+        """Validated per-joint gains in model order (a scalar applies to every joint)."""
         values = np.asarray(gains, dtype=float)
         if values.ndim == 0:
             values = np.full(len(self.joints), float(values))
@@ -372,8 +374,8 @@ class JointController:
 
     def set_gains(self, kp=None, kd=None) -> None:
         """Per-joint gains (a scalar sets every joint); both are validated before either is set."""
-        new_kp = self.kp if kp is None else self._gain_vector(kp, "kp")
-        new_kd = self.kd if kd is None else self._gain_vector(kd, "kd")
+        new_kp = self.kp if kp is None else self.gain_vector(kp, "kp")
+        new_kd = self.kd if kd is None else self.gain_vector(kd, "kd")
         self.kp, self.kd = new_kp, new_kd
 
     # -- inputs --------------------------------------------------------------------
@@ -495,7 +497,9 @@ class JointController:
             tau = tau + friction_compensation(self.model, self.v)
         if not np.all(np.isfinite(tau)):
             raise ControllerError("the computed effort is not finite; nothing published")
-        clamped, hit = clamp_effort(self.model, tau)
+        limit = self.model.effort_limit * self.effort_scale
+        clamped = np.clip(tau, -limit, limit)
+        hit = clamped != tau
         return ControlOutput(
             clamped[self.index],
             [self.joints[k] for k, i in enumerate(self.index) if hit[i]],
