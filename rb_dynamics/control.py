@@ -76,9 +76,10 @@ def friction_compensation(
     v: np.ndarray,
     viscous: bool = True,
     coulomb: bool = True,
-    smoothing_velocity: float = 0.01,
+    smoothing_velocity: float = 0.1,
 ) -> np.ndarray:
-    """Damping·q̇ + friction·tanh(q̇/ε): the URDF <dynamics> losses, smoothed through zero."""
+    """Damping·q̇ + friction·tanh(q̇/ε): the URDF <dynamics> losses, smoothed through zero
+    exactly as the simulator models them (``simulation.COULOMB_SMOOTHING``)."""
     tau = np.zeros(model.nv)
     if viscous:
         tau += model.damping * v

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from builtin_interfaces.msg import Time
 from rclpy.exceptions import ParameterUninitializedException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -71,6 +72,7 @@ class SimulatorNode(Node):
         self.create_subscription(JointState, "~/joint_commands", self._on_joint_commands, 10)
         self.create_service(Trigger, "~/reset", self._on_reset)
         self.create_service(SetBool, "~/pause", self._on_pause)
+        self.clock_offset = 0.0
         self.wall_last = time.monotonic()
         self.sim_debt = 0.0
         self.steps_done = 0
@@ -190,6 +192,7 @@ class SimulatorNode(Node):
         self._apply(current)
 
     def _on_reset(self, _request, response):
+        self.clock_offset += self.sim.time  # /clock never runs backwards
         self.sim.reset()
         self.sim_debt = 0.0
         response.success, response.message = True, "state reset to the initial configuration"
@@ -208,17 +211,33 @@ class SimulatorNode(Node):
         if not self.paused:
             # keep up with the wall clock, but never spiral: at most 0.1 s of catch-up
             self.sim_debt = min(self.sim_debt + elapsed * self.rtf, 0.1)
-            steps = self.sim.advance(self.sim_debt)
+            before = (self.sim.q.copy(), self.sim.v.copy(), self.sim.time)
+            try:
+                steps = self.sim.advance(self.sim_debt)
+                finite = np.all(np.isfinite(self.sim.q)) and np.all(np.isfinite(self.sim.v))
+            except (ValueError, np.linalg.LinAlgError) as exc:
+                steps, finite = 0, False
+                self.get_logger().error(f"simulation step failed: {exc}")
+            if not finite:
+                # keep the last good state on display, stop, and let the user reset
+                self.sim.q, self.sim.v, self.sim.time = before
+                self.paused = True
+                self.get_logger().error("the simulation diverged (non-finite state): paused; "
+                                        "call ~/reset, then ~/pause false")
             self.sim_debt -= steps * self.sim.dt
             self.steps_done += steps
-            if not np.all(np.isfinite(self.sim.q)) or not np.all(np.isfinite(self.sim.v)):
-                self.get_logger().error("the simulation diverged (non-finite state); resetting")
-                self.sim.reset()
         self._publish()
+
+    def _sim_time(self) -> Time:
+        seconds = self.sim.time + self.clock_offset
+        nanoseconds = round(seconds * 1e9)
+        return Time(sec=nanoseconds // 1_000_000_000, nanosec=nanoseconds % 1_000_000_000)
 
     def _publish(self) -> None:
         msg = JointState()
-        msg.header.stamp = self.get_clock().now().to_msg()
+        # on sim time, states carry the simulated instant they describe
+        msg.header.stamp = self._sim_time() if self.clock_pub is not None else \
+            self.get_clock().now().to_msg()
         msg.name = self.joints
         q_index = [self.model.joint_q_index[self.model.joint_index(n)] for n in self.joints]
         msg.position = self.sim.q[q_index].tolist()
@@ -226,11 +245,7 @@ class SimulatorNode(Node):
         msg.effort = self.sim.applied_effort[self.v_index].tolist()
         self.state_pub.publish(msg)
         if self.clock_pub is not None:
-            clock = Clock()
-            seconds = self.sim.time
-            clock.clock.sec = int(seconds)
-            clock.clock.nanosec = round((seconds - int(seconds)) * 1e9) % 1_000_000_000
-            self.clock_pub.publish(clock)
+            self.clock_pub.publish(Clock(clock=msg.header.stamp))
 
 
 def main(args: list[str] | None = None) -> int:

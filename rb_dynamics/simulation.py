@@ -37,6 +37,10 @@ __all__ = [
 ]
 
 INTEGRATORS = ("semi_implicit_euler", "rk4")
+# Coulomb friction is friction·tanh(q̇/ε) with ε = 0.1 rad/s, here and in the controller's
+# friction compensation, so that a controller with compensation cancels it exactly. A sharper
+# ε makes the friction of light links (wrists) too stiff for explicit integration at 1 ms.
+COULOMB_SMOOTHING = 0.1
 ForwardDynamics = Callable[..., np.ndarray]
 
 
@@ -103,7 +107,8 @@ def normalize_configuration(model: Model, q: np.ndarray) -> np.ndarray:
     return out
 
 
-def joint_losses(model: Model, v: np.ndarray, smoothing_velocity: float = 1e-3) -> np.ndarray:
+def joint_losses(model: Model, v: np.ndarray,
+                 smoothing_velocity: float = COULOMB_SMOOTHING) -> np.ndarray:
     """Torques the URDF's damping and friction exert: −damping·q̇ − friction·tanh(q̇/ε)."""
     return -model.damping * v - model.friction * np.tanh(v / smoothing_velocity)
 
