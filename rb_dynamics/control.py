@@ -335,6 +335,7 @@ class JointController:
         self.index = np.array([model.joint_v_index[model.joint_index(n)] for n in self.joints])
         self.state_index = {n: model.joint_q_index[k] for k, n in enumerate(model.joint_names)}
         self.continuous = continuous_mask(model)
+        self.has_continuous = bool(self.continuous.any())
         self.backend = backend or select_backend(model)
         self.mode = "gravity"
         self.set_mode(mode)
@@ -401,18 +402,20 @@ class JointController:
             raise ControllerError("joint_states: repeated joint names")
         q = np.zeros(self.model.nq)
         v = np.zeros(self.model.nv)
-        seen = set()
+        found = 0
         for k, name in enumerate(names):
             index = self.state_index.get(name)
             if index is None:
                 continue  # other joints of a bigger robot, or a mimic joint we derive ourselves
             q[index] = positions[k]
-            v[index] = velocities[k] if len(velocities) else 0.0
-            seen.add(name)
-        missing = [n for n in self.model.joint_names if n not in seen]
-        if missing:
+            if len(velocities):
+                v[index] = velocities[k]
+            found += 1
+        if found != len(self.state_index):
+            seen = set(names)
+            missing = [n for n in self.model.joint_names if n not in seen]
             raise ControllerError(f"joint_states: missing joints {missing}")
-        if not (np.all(np.isfinite(q)) and np.all(np.isfinite(v))):
+        if not (math.isfinite(q.sum()) and math.isfinite(v.sum())):
             raise ControllerError("joint_states: NaN or inf in positions or velocities")
         self.q, self.v, self.state_time = q, v, now
 
@@ -491,18 +494,19 @@ class JointController:
             error = np.zeros(self.model.nv)
         else:
             q_d, v_d, a_d = self.reference(now)
-            error = position_error(self.model, q_d, self.q, self.continuous)
+            error = q_d - self.q
+            if self.has_continuous:
+                error = position_error(self.model, q_d, self.q, self.continuous)
             a_command = a_d + self.kd * (v_d - self.v) + self.kp * error
             tau = self.backend.rnea(self.q, self.v, a_command)
         if self.friction_compensation:
             tau = tau + friction_compensation(self.model, self.v)
-        if not np.all(np.isfinite(tau)):
+        if not math.isfinite(tau.sum()):
             raise ControllerError("the computed effort is not finite; nothing published")
-        limit = self.model.effort_limit * self.effort_scale
-        clamped = np.clip(tau, -limit, limit)
-        hit = clamped != tau
-        return ControlOutput(
-            clamped[self.index],
-            [self.joints[k] for k, i in enumerate(self.index) if hit[i]],
-            error[self.index],
-        )
+        limit = self.model.effort_limit[self.index] * self.effort_scale
+        wanted = tau[self.index]
+        command = np.clip(wanted, -limit, limit)
+        clamped = []
+        if (command != wanted).any():
+            clamped = [name for name, c, t in zip(self.joints, command, wanted) if c != t]
+        return ControlOutput(command, clamped, error[self.index])
