@@ -1,26 +1,20 @@
-"""The rb_dynamics ROS 2 node: a thin layer over ``rb_dynamics.dynamics``.
+"""The rb_dynamics ROS 2 node: gravity compensation and computed torque for a real arm.
 
-Parameters
-    robot_description (string, '')   URDF XML; wins over urdf_path when set.
-    urdf_path (string, '')           URDF file; '' means the bundled default_arm.urdf.
-    joints (string[], unset)         joints of ~/effort_commands, in this order
-                                     (default: every joint of the model, in tree order).
-    publish_rate (double, 0.0)       0: publish once per joint_states message;
-                                     > 0: publish at this rate from the latest joint state.
+A thin layer over ``rb_dynamics.control.JointController`` (the control law, name mapping,
+staleness and clamping) and ``rb_dynamics.services.DynamicsServices`` (dynamics services).
+
+Model source, first found wins: the ``robot_description`` parameter; the ``/robot_description``
+topic (std_msgs/String, transient local, as robot_state_publisher publishes it; a new one
+re-loads the model at run time, or is refused with the old model kept); the ``urdf_path``
+parameter. With none the node waits and says so once.
 
 Topics
-    joint_states (sub, sensor_msgs/JointState)    mapped by name; extra names are ignored;
-                                                  a message missing joints is skipped (warning).
-    ~/effort_commands (pub, std_msgs/Float64MultiArray)
-                                                  gravity torques g(q) ordered as ``joints``,
-                                                  clamped to the URDF effort limits.
-
-Services
-    ~/inverse_dynamics (rb_dynamics_interfaces/InverseDynamics)   τ = RNEA(q, v, a), g(q)
-    ~/forward_dynamics (rb_dynamics_interfaces/ForwardDynamics)   a = ABA(q, v, τ, wrenches)
-
-Bad input never raises out of a callback: a service answers success=false with a message
-naming the field, a topic callback logs a throttled warning and skips the message.
+    joint_states (sub, sensor_msgs/JointState)      mapped by name, any order, extras ignored
+    ~/trajectory (sub, trajectory_msgs/JointTrajectory)  reference for computed torque
+    ~/effort_commands (pub, std_msgs/Float64MultiArray)  efforts ordered by ``joints``;
+                                                    remap to <effort controller>/commands
+    /diagnostics (pub, diagnostic_msgs/DiagnosticArray)  about once a second
+Every parameter is listed, with its default, in ``config/rb_dynamics.yaml``.
 """
 
 from __future__ import annotations
@@ -29,97 +23,251 @@ import math
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rcl_interfaces.msg import (
+    FloatingPointRange,
+    ParameterDescriptor,
+    ParameterType,
+    SetParametersResult,
+)
 from rclpy.exceptions import ParameterUninitializedException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
+from rclpy.qos import (
+    DurabilityPolicy,
+    HistoryPolicy,
+    QoSProfile,
+    ReliabilityPolicy,
+    qos_profile_sensor_data,
+)
 from sensor_msgs.msg import JointState
-from std_msgs.msg import Float64MultiArray, MultiArrayDimension
+from std_msgs.msg import Float64MultiArray, MultiArrayDimension, String
+from trajectory_msgs.msg import JointTrajectory
 
 from rb_dynamics_interfaces.srv import ForwardDynamics, InverseDynamics
 
-from . import DEFAULT_URDF
-from .conversions import (
-    ConversionError,
-    clamp_efforts,
-    missing_joints,
-    named_state,
-    values_by_name,
-    wrenches_by_link,
-)
+from .control import CONTROL_MODES, ControllerError, JointController, TrajectoryPoint
+from .conversions import named_state, wrenches_by_link
 from .dynamics import aba, gravity, rnea
-from .model import Model, load_model
+from .model import Model, URDFError, load_model
 
 NODE_NAME = "rb_dynamics"
 WARN_PERIOD_S = 2.0
+MODE_NAMES = {"gravity_compensation": "gravity", "computed_torque": "computed_torque"}
+assert set(MODE_NAMES.values()) == set(CONTROL_MODES)
 
 
-def load_robot(robot_description: str, urdf_path: str) -> Model:
-    """The model from URDF text, else a URDF file, else the bundled default arm."""
-    model = load_model(robot_description or urdf_path or str(DEFAULT_URDF))
-    unsupported = [n for n, k in zip(model.joint_names, model.joint_kinds)
-                   if k not in ("revolute", "prismatic")]
-    if model.floating_base or unsupported:
-        raise ValueError(
-            f"{model.name!r}: this node handles fixed-base robots whose joints are revolute, "
-            f"continuous or prismatic; unsupported joints: {unsupported}")
-    return model
+def _descriptor(text: str, type_: int, read_only: bool = False, low: float | None = None,
+                high: float | None = None) -> ParameterDescriptor:
+    descriptor = ParameterDescriptor(description=text, type=type_, read_only=read_only)
+    if low is not None:
+        descriptor.floating_point_range = [FloatingPointRange(from_value=low, to_value=high)]
+    return descriptor
+
+
+PARAMETERS: dict[str, tuple[Any, ParameterDescriptor]] = {
+    "robot_description": ("", _descriptor(
+        "URDF XML; wins over the /robot_description topic and urdf_path",
+        ParameterType.PARAMETER_STRING, read_only=True)),
+    "urdf_path": ("", _descriptor(
+        "URDF file used when no description is given as parameter or topic",
+        ParameterType.PARAMETER_STRING, read_only=True)),
+    "joints": (Parameter.Type.STRING_ARRAY, _descriptor(
+        "joints of ~/effort_commands, in order (default: the URDF's actuated joints)",
+        ParameterType.PARAMETER_STRING_ARRAY, read_only=True)),
+    "mode": ("gravity_compensation", _descriptor(
+        "gravity_compensation or computed_torque", ParameterType.PARAMETER_STRING)),
+    "kp": ([100.0], _descriptor(
+        "position gains (1/s²), one per joint or one for all",
+        ParameterType.PARAMETER_DOUBLE_ARRAY)),
+    "kd": ([20.0], _descriptor(
+        "velocity gains (1/s), one per joint or one for all",
+        ParameterType.PARAMETER_DOUBLE_ARRAY)),
+    "friction_compensation": (False, _descriptor(
+        "add the URDF <dynamics> damping·q̇ + friction·tanh(q̇/ε)", ParameterType.PARAMETER_BOOL)),
+    "effort_scale": (1.0, _descriptor(
+        "commands are clamped to effort_scale × the URDF effort limit",
+        ParameterType.PARAMETER_DOUBLE, low=0.0, high=1.0)),
+    "state_timeout": (0.1, _descriptor(
+        "seconds after which a joint state is stale: publishing stops",
+        ParameterType.PARAMETER_DOUBLE, low=0.001, high=10.0)),
+    "max_publish_rate": (0.0, _descriptor(
+        "0: publish on every joint state; > 0: at most this many commands per second",
+        ParameterType.PARAMETER_DOUBLE, low=0.0, high=100000.0)),
+    "joint_states_qos": ("reliable", _descriptor(
+        "reliable, or best_effort for drivers that publish with sensor-data QoS",
+        ParameterType.PARAMETER_STRING, read_only=True)),
+}
+
+
+@dataclass
+class Statistics:
+    """What the diagnostics report, reset every period."""
+
+    states: int = 0
+    commands: int = 0
+    compute_total: float = 0.0
+    compute_max: float = 0.0
+    clamped: set[str] = field(default_factory=set)
+    last_problem: str = ""
 
 
 class DynamicsNode(Node):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(NODE_NAME, **kwargs)
-        self.declare_parameter("robot_description", "")
-        self.declare_parameter("urdf_path", "")
-        self.declare_parameter("joints", Parameter.Type.STRING_ARRAY)
-        self.declare_parameter("publish_rate", 0.0)
-
-        self.model = load_robot(self.get_parameter("robot_description").value,
-                                self.get_parameter("urdf_path").value)
-        self.joints = self._command_joints()
-        # where each joint of self.joints sits in the model's v (= q, fixed base, 1-DoF joints)
-        self.command_index = np.array(
-            [self.model.joint_v_index[self.model.joint_index(n)] for n in self.joints], dtype=int)
-        self.effort_limit = self.model.effort_limit[self.command_index]
+        for name, (default, descriptor) in PARAMETERS.items():
+            self.declare_parameter(name, default, descriptor)
+        self.model: Model | None = None
+        self.controller: JointController | None = None
+        self.model_source = ""
+        self.stats = Statistics()
         self._last_warning: dict[str, float] = {}
-        self._latest_q: np.ndarray | None = None
-        unlimited = [n for n, lim in zip(self.joints, self.effort_limit) if math.isinf(lim)]
-        if unlimited:
-            self.get_logger().warning(f"no effort limit in the URDF for {unlimited}: not clamped")
+        self._last_publish = -math.inf
+        self._command = Float64MultiArray()  # reused: the control path allocates little
+        rate = self.get_parameter("max_publish_rate").value
+        self._min_period = 1.0 / rate if rate > 0 else 0.0
+        self._stale_reported = False
+        self._hold_reported = False
 
         self.effort_pub = self.create_publisher(Float64MultiArray, "~/effort_commands", 10)
-        self.create_subscription(JointState, "joint_states", self._on_joint_state, 10)
+        self.diagnostics_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self.state_sub = self.create_subscription(JointState, "joint_states",
+                                                  self._on_joint_state, self._joint_states_qos())
+        self.create_subscription(JointTrajectory, "~/trajectory", self._on_trajectory, 10)
+        latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL,
+                             reliability=ReliabilityPolicy.RELIABLE,
+                             history=HistoryPolicy.KEEP_LAST)
+        self.create_subscription(String, "/robot_description", self._on_description, latched)
         self.create_service(InverseDynamics, "~/inverse_dynamics", self._on_inverse_dynamics)
         self.create_service(ForwardDynamics, "~/forward_dynamics", self._on_forward_dynamics)
+        self.add_on_set_parameters_callback(self._on_set_parameters)
+        self.create_timer(1.0, self._publish_diagnostics)
 
-        rate = float(self.get_parameter("publish_rate").value)
-        if not (math.isfinite(rate) and rate >= 0.0):
-            raise ValueError(f"publish_rate must be >= 0 (0: on every joint_states), got {rate}")
-        self.publish_rate = rate
-        if rate > 0.0:
-            self.create_timer(1.0 / rate, self._on_timer)
+        description = self.get_parameter("robot_description").value
+        if description:
+            self._install(description, "the robot_description parameter")
+        else:
+            # the topic, when someone publishes it, wins over the file
+            path = self.get_parameter("urdf_path").value
+            if path:
+                self._install(path, f"urdf_path {path!r}")
+            else:
+                self.get_logger().info("waiting for a robot description (robot_description "
+                                       "parameter, /robot_description topic or urdf_path)")
 
-        self.get_logger().info(
-            f"{self.model.summary().splitlines()[0]}; gravity torques for {self.joints} on "
-            f"{self.resolve_topic_name('~/effort_commands')}")
+    # ------------------------------------------------------------------ model
 
-    # ------------------------------------------------------------------ set-up
+    def _backend(self):
+        return None if self.controller is None else self.controller.backend
 
-    def _command_joints(self) -> list[str]:
+    def _joint_states_qos(self) -> QoSProfile:
+        choice = self.get_parameter("joint_states_qos").value
+        if choice == "best_effort":
+            return qos_profile_sensor_data
+        if choice != "reliable":
+            raise ValueError(f"joint_states_qos must be reliable or best_effort, not {choice!r}")
+        # a deep queue rides out a scheduling hiccup at 1 kHz without dropping states
+        return QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
+
+    def _build_controller(self, model: Model) -> JointController:
+        joints = self._optional("joints") or None
+        controller = JointController(
+            model, joints, mode=MODE_NAMES[self._mode_parameter()],
+            kp=self._gains(self.get_parameter("kp").value),
+            kd=self._gains(self.get_parameter("kd").value),
+            friction_compensation=self.get_parameter("friction_compensation").value,
+            max_state_age=self.get_parameter("state_timeout").value)
+        controller.effort_scale = self.get_parameter("effort_scale").value
+        return controller
+
+    def _install(self, source: str, origin: str) -> bool:
+        """Load and swap in a new model; on any error keep the old one and say why."""
         try:
-            joints = list(self.get_parameter("joints").value)
+            model = load_model(source)
+            controller = self._build_controller(model)
+        except (URDFError, ControllerError, ValueError) as exc:
+            kept = f"; keeping {self.model.name!r}" if self.model is not None else ""
+            self.get_logger().error(f"cannot use the description from {origin}: {exc}{kept}")
+            self.stats.last_problem = f"description refused: {exc}"
+            return False
+        # a single-threaded executor runs callbacks one at a time: this swap is atomic
+        self.model, self.controller, self.model_source = model, controller, origin
+        for warning in model.warnings:
+            self.get_logger().warning(warning)
+        self.get_logger().info(
+            f"{model.summary().splitlines()[0]} from {origin}; mode "
+            f"{self.get_parameter('mode').value}; efforts for {controller.joints} on "
+            f"{self.resolve_topic_name('~/effort_commands')}")
+        return True
+
+    def _on_description(self, msg: String) -> None:
+        if self.get_parameter("robot_description").value:
+            return  # the parameter wins
+        self._install(msg.data, "the /robot_description topic")
+
+    # ------------------------------------------------------------------ parameters
+
+    def _optional(self, name: str):
+        """A parameter declared without a default: its value, or None when unset."""
+        try:
+            value = self.get_parameter(name).value
         except ParameterUninitializedException:
-            joints = []
-        if not joints:
-            return list(self.model.joint_names)
-        unknown = [n for n in joints if n not in self.model.joint_names]
-        if unknown or len(set(joints)) != len(joints):
-            raise ValueError(f"parameter joints: unknown or repeated joints "
-                             f"{unknown or joints}; the model's joints are "
-                             f"{self.model.joint_names}")
-        return joints
+            return None
+        return list(value) if value is not None else None
+
+    def _mode_parameter(self, value: str | None = None) -> str:
+        mode = self.get_parameter("mode").value if value is None else value
+        if mode not in MODE_NAMES:
+            raise ControllerError(f"mode must be one of {sorted(MODE_NAMES)}, not {mode!r}")
+        return mode
+
+    @staticmethod
+    def _gains(values) -> float | list[float]:
+        """A one-element gain list applies to every joint."""
+        values = list(values)
+        return values[0] if len(values) == 1 else values
+
+    def _on_set_parameters(self, parameters: list[Parameter]) -> SetParametersResult:
+        """Validate every change against a copy first: all apply, or none and the reason."""
+        changes = {p.name: p.value for p in parameters}
+        try:
+            for name, value in changes.items():
+                if name in ("effort_scale", "state_timeout", "max_publish_rate") and not (
+                        isinstance(value, float) and math.isfinite(value)):
+                    raise ValueError(f"{name} must be a finite number, got {value!r}")
+            if "mode" in changes:
+                self._mode_parameter(changes["mode"])
+            c = self.controller
+            kp = kd = None
+            if c is not None and "kp" in changes:
+                kp = c.gain_vector(self._gains(changes["kp"]), "kp")
+            if c is not None and "kd" in changes:
+                kd = c.gain_vector(self._gains(changes["kd"]), "kd")
+            if c is not None:  # every change is valid: apply them together
+                c.kp = c.kp if kp is None else kp
+                c.kd = c.kd if kd is None else kd
+                if "mode" in changes:
+                    c.set_mode(MODE_NAMES[changes["mode"]])
+                    self._hold_reported = False
+                if "friction_compensation" in changes:
+                    c.friction_compensation = bool(changes["friction_compensation"])
+                if "state_timeout" in changes:
+                    c.max_state_age = changes["state_timeout"]
+                if "effort_scale" in changes:
+                    c.effort_scale = changes["effort_scale"]
+            if "max_publish_rate" in changes:
+                rate = changes["max_publish_rate"]
+                self._min_period = 1.0 / rate if rate > 0 else 0.0
+        except (ControllerError, ValueError, URDFError) as exc:
+            self.get_logger().warning(f"parameter change refused: {exc}")
+            return SetParametersResult(successful=False, reason=str(exc))
+        return SetParametersResult(successful=True)
+
+    # ------------------------------------------------------------------ control
 
     def _warn(self, text: str, key: str | None = None) -> None:
         """A warning at most every WARN_PERIOD_S per kind (``key``, default: the text)."""
@@ -128,45 +276,91 @@ class DynamicsNode(Node):
         if now - self._last_warning.get(key, -math.inf) >= WARN_PERIOD_S:
             self._last_warning[key] = now
             self.get_logger().warning(text)
+        self.stats.last_problem = text
 
-    # ------------------------------------------------------------------ topics
+    def _now(self) -> float:
+        return self.get_clock().now().nanoseconds * 1e-9
 
     def _on_joint_state(self, msg: JointState) -> None:
-        missing = missing_joints(self.model.joint_names, msg.name)
-        if missing:
-            self._warn(f"joint_states: missing joints {missing}; not publishing", "missing")
+        self._control(msg)
+        # Answer what arrived meanwhile without going back through the executor: one rclpy
+        # spin costs ~0.5 ms, a direct take a few µs, and every state deserves its command.
+        for _ in range(100):
+            with self.state_sub.handle:
+                taken = self.state_sub.handle.take_message(self.state_sub.msg_type,
+                                                           self.state_sub.raw)
+            if taken is None:
+                break
+            self._control(taken[0])
+
+    def _control(self, msg: JointState) -> None:
+        controller = self.controller
+        if controller is None:
             return
+        now = self._now()
         try:
-            q = values_by_name(self.model.joint_names, list(msg.name), list(msg.position),
-                               "position")
-        except ConversionError as exc:
-            self._warn(f"joint_states: {exc}; ignored", "bad joint_states")
+            controller.update_state(msg.name, msg.position, msg.velocity, now)
+        except ControllerError as exc:
+            self._warn(f"{exc}; not publishing")
             return
-        self._latest_q = q
-        if self.publish_rate == 0.0:
-            self._publish_gravity(q)
+        self.stats.states += 1
+        if now - self._last_publish < self._min_period:
+            return
+        started = time.perf_counter()
+        try:
+            out = controller.compute(now)
+        except ControllerError as exc:
+            self._warn(f"{exc}; not publishing", "compute")
+            return
+        if controller.mode == "computed_torque" and controller.trajectory is None \
+                and not self._hold_reported:
+            self.get_logger().info("computed torque: no reference yet, holding the measured "
+                                   "position (gravity + PD)")
+            self._hold_reported = True
+        command = self._command
+        if len(command.layout.dim) != 1 or command.layout.dim[0].size != len(out.effort):
+            command.layout.dim = [MultiArrayDimension(label="joints", size=len(out.effort),
+                                                      stride=len(out.effort))]
+        command.data = out.effort.tolist()
+        self.effort_pub.publish(command)
+        elapsed = time.perf_counter() - started
+        self._last_publish = now
+        self._stale_reported = False
+        self.stats.commands += 1
+        self.stats.compute_total += elapsed
+        self.stats.compute_max = max(self.stats.compute_max, elapsed)
+        if out.clamped:
+            self.stats.clamped.update(out.clamped)
+            self._warn(f"effort clamped to the limit on {out.clamped}", "clamp")
 
-    def _on_timer(self) -> None:
-        if self._latest_q is not None:
-            self._publish_gravity(self._latest_q)
-
-    def _publish_gravity(self, q: np.ndarray) -> None:
-        tau = gravity(self.model, q)[self.command_index]
-        clamped, clipped = clamp_efforts(tau, self.effort_limit)
-        if clipped.any():
-            names = [n for n, c in zip(self.joints, clipped) if c]
-            self._warn(f"gravity torque clamped to the URDF effort limits on {names}", "clamp")
-        msg = Float64MultiArray()
-        msg.layout.dim = [MultiArrayDimension(label="joints", size=len(self.joints),
-                                              stride=len(self.joints))]
-        msg.data = clamped.tolist()
-        self.effort_pub.publish(msg)
+    def _on_trajectory(self, msg: JointTrajectory) -> None:
+        controller = self.controller
+        if controller is None:
+            self._warn("trajectory ignored: no model loaded yet", "trajectory")
+            return
+        points = []
+        for point in msg.points:
+            t = point.time_from_start.sec + point.time_from_start.nanosec * 1e-9
+            points.append(TrajectoryPoint(
+                t, list(point.positions),
+                list(point.velocities) if len(point.velocities) else None,
+                list(point.accelerations) if len(point.accelerations) else None))
+        stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+        start = stamp if stamp > 0 else self._now()  # a zero stamp means "now" (as in ROS 2 JTC)
+        try:
+            controller.set_trajectory(list(msg.joint_names), points, start)
+        except ControllerError as exc:
+            self._warn(f"{exc}; ignored", "trajectory")
+            return
+        self._hold_reported = False
 
     # ------------------------------------------------------------------ services
 
     def _answer(self, name: str, response: Any, compute: Callable[[], None]) -> Any:
         """Run ``compute`` (which fills ``response``); turn any error into success=false."""
         try:
+            if self.model is None:
+                raise ValueError("no robot description loaded yet")
             compute()
             response.success, response.message = True, ""
         except (ValueError, KeyError) as exc:  # ConversionError, URDF/dynamics argument errors
@@ -202,6 +396,46 @@ class DynamicsNode(Node):
             response.accelerations = aba(self.model, q, v, tau, f_ext or None)[order].tolist()
 
         return self._answer("forward_dynamics", response, compute)
+
+    # ------------------------------------------------------------------ diagnostics
+
+    def _publish_diagnostics(self) -> None:
+        stats, self.stats = self.stats, Statistics()
+        status = DiagnosticStatus(name=f"{NODE_NAME}: controller", hardware_id=NODE_NAME)
+        values = {"model source": self.model_source or "none"}
+        if self.controller is None:
+            status.level, status.message = DiagnosticStatus.WARN, "waiting for a robot description"
+        else:
+            c = self.controller
+            age = c.state_age(self._now())
+            values.update({
+                "model": c.model.name, "mode": self.get_parameter("mode").value,
+                "joint states per s": str(stats.states), "commands per s": str(stats.commands),
+                "state age (s)": f"{age:.4f}" if math.isfinite(age) else "never",
+                "compute mean (ms)": f"{1e3 * stats.compute_total / max(stats.commands, 1):.4f}",
+                "compute max (ms)": f"{1e3 * stats.compute_max:.4f}",
+                "clamped joints": ", ".join(sorted(stats.clamped)) or "none",
+            })
+            if not math.isfinite(age):
+                status.level, status.message = DiagnosticStatus.WARN, "no joint state received"
+            elif age > c.max_state_age:
+                status.level = DiagnosticStatus.ERROR
+                status.message = f"joint state stale ({age:.2f} s): not publishing"
+                if not self._stale_reported:
+                    self.get_logger().error(status.message)
+                    self._stale_reported = True
+            elif stats.commands == 0:
+                status.level = DiagnosticStatus.WARN
+                status.message = stats.last_problem or "no command published"
+            elif stats.clamped:
+                status.level = DiagnosticStatus.WARN
+                status.message = f"publishing; clamping {sorted(stats.clamped)}"
+            else:
+                status.level, status.message = DiagnosticStatus.OK, "publishing"
+        status.values = [KeyValue(key=k, value=v) for k, v in values.items()]
+        array = DiagnosticArray(status=[status])
+        array.header.stamp = self.get_clock().now().to_msg()
+        self.diagnostics_pub.publish(array)
 
 
 def main(args: list[str] | None = None) -> int:

@@ -29,14 +29,14 @@ RNG = np.random.default_rng(20261122)
 class Running:
     """A node process and a test peer talking to it."""
 
-    def __init__(self, node: NodeProcess, peer: Peer):
+    def __init__(self, node: NodeProcess, peer: Peer, name: str = "rb_dynamics"):
         self.node, self.peer = node, peer
         self.received: list[Float64MultiArray] = []
         peer.node.create_subscription(
-            Float64MultiArray, "rb_dynamics/effort_commands", self.received.append, 10)
+            Float64MultiArray, f"{name}/effort_commands", self.received.append, 10)
         self.states = peer.node.create_publisher(JointState, "joint_states", 10)
-        self.inverse = peer.node.create_client(InverseDynamics, "rb_dynamics/inverse_dynamics")
-        self.forward = peer.node.create_client(ForwardDynamics, "rb_dynamics/forward_dynamics")
+        self.inverse = peer.node.create_client(InverseDynamics, f"{name}/inverse_dynamics")
+        self.forward = peer.node.create_client(ForwardDynamics, f"{name}/forward_dynamics")
 
     def call(self, client, request):
         return self.peer.call(client, request, timeout=15.0)
@@ -52,9 +52,11 @@ class Running:
         return None
 
 
-def start(tmp_path, params: dict) -> Running:
-    node = NodeProcess("rb_dynamics.node", write_params(tmp_path, "rb_dynamics", params))
-    return Running(node, Peer("rb_dynamics_test_peer"))
+def start(tmp_path, params: dict, name: str = "rb_dynamics") -> Running:
+    """The node under its own name, so that nodes of different tests never answer each other."""
+    node = NodeProcess("rb_dynamics.node", write_params(tmp_path, name, params),
+                       "-r", f"__node:={name}")
+    return Running(node, Peer(f"{name}_test_peer"), name)
 
 
 def stop(running: Running) -> None:
@@ -66,7 +68,8 @@ def stop(running: Running) -> None:
 
 @pytest.fixture(scope="module")
 def running(tmp_path_factory):
-    r = start(tmp_path_factory.mktemp("node"), {"joints": COMMAND_JOINTS})
+    r = start(tmp_path_factory.mktemp("node"),
+              {"joints": COMMAND_JOINTS, "urdf_path": str(DEFAULT_URDF)})
     yield r
     stop(r)
 
@@ -171,7 +174,7 @@ def test_joint_states_missing_a_joint_publish_nothing(running):
 
 def test_gravity_is_clamped_to_the_urdf_effort_limits(tmp_path):
     weak = DEFAULT_URDF.read_text().replace('effort="150.0"', 'effort="5.0"')
-    r = start(tmp_path, {"robot_description": weak})
+    r = start(tmp_path, {"robot_description": weak}, "rb_dynamics_weak")
     try:
         q = np.array([0.0, -0.3, 0.4, 0.0, 0.0, 0.0])  # arm stretched out: ~50 Nm at the shoulder
         data = r.gravity_for(JointState(name=JOINTS, position=q.tolist()))
@@ -180,16 +183,20 @@ def test_gravity_is_clamped_to_the_urdf_effort_limits(tmp_path):
                            load_model(weak).effort_limit)
         assert abs(gravity(MODEL, q)[1]) > 5.0 and abs(data[1]) == pytest.approx(5.0)
         np.testing.assert_allclose(data, expected, atol=1e-9)
-        assert "clamped to the URDF effort limits" in r.node.output()
+        assert "effort clamped to the limit on ['shoulder_lift_joint'" in r.node.output()
     finally:
         stop(r)
 
 
-def test_a_bad_urdf_stops_the_node_with_a_message(tmp_path):
-    node = NodeProcess("rb_dynamics.node", write_params(
-        tmp_path, "rb_dynamics", {"robot_description": "<robot name='x'><link/></robot>"}))
+def test_a_bad_urdf_is_reported_and_the_node_keeps_running(tmp_path):
+    r = start(tmp_path, {"robot_description": "<robot name='x'><link/></robot>"},
+              "rb_dynamics_bad")
     try:
-        assert node.proc.wait(timeout=20) == 1
+        answer = r.call(r.inverse, InverseDynamics.Request(joint_names=JOINTS[:1],
+                                                          positions=[0.0]))
+        assert not answer.success and "no robot description" in answer.message
+        assert r.node.proc.poll() is None
+        assert "cannot use the description from the robot_description parameter" in \
+            r.node.output()
     finally:
-        node.stop()
-    assert "cannot run" in node.output(), node.output()
+        stop(r)

@@ -1,0 +1,209 @@
+"""The control node as a real process: torques equal Pinocchio's for the same state.
+
+A test process plays the robot driver (joint_states), the trajectory publisher and the effort
+controller (listening to ~/effort_commands), all on loopback DDS with a random domain.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pinocchio as pin
+import pytest
+from diagnostic_msgs.msg import DiagnosticArray
+from pin_oracle import REAL_ROBOTS, rel_err, robots_dir
+from rcl_interfaces.msg import Parameter as ParameterMsg
+from rcl_interfaces.msg import ParameterType, ParameterValue
+from rcl_interfaces.srv import SetParametersAtomically
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from ros_harness import NodeProcess, Peer, write_params
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray, String
+from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+
+from rb_dynamics.model import load_model
+
+UR5 = Path(robots_dir(), REAL_ROBOTS["ur5"][0])
+PANDA = Path(robots_dir(), REAL_ROBOTS["panda"][0])
+
+
+class Rig:
+    def __init__(self, peer: Peer, node: NodeProcess):
+        self.peer, self.node = peer, node
+        self.commands: list[Float64MultiArray] = []
+        self.diagnostics: list[DiagnosticArray] = []
+        n = peer.node
+        n.create_subscription(Float64MultiArray, "rb_dynamics/effort_commands",
+                              self.commands.append, 50)
+        n.create_subscription(DiagnosticArray, "/diagnostics", self.diagnostics.append, 10)
+        self.states = n.create_publisher(JointState, "joint_states", 10)
+        self.trajectory = n.create_publisher(JointTrajectory, "rb_dynamics/trajectory", 10)
+        latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL,
+                             reliability=ReliabilityPolicy.RELIABLE)
+        self.description = n.create_publisher(String, "/robot_description", latched)
+        # atomically: with the plain service each parameter is judged on its own
+        self.params = n.create_client(SetParametersAtomically,
+                                      "rb_dynamics/set_parameters_atomically")
+
+    def publish_matched(self, publisher, msg) -> None:
+        """Publish once the node's subscription is matched (a message sent earlier is lost)."""
+        assert self.peer.wait_for(lambda: publisher.get_subscription_count() > 0, 5.0)
+        publisher.publish(msg)
+
+    def send_state(self, names, q, v=None):
+        msg = JointState(name=list(names), position=[float(x) for x in q])
+        if v is not None:
+            msg.velocity = [float(x) for x in v]
+        self.states.publish(msg)
+
+    def command_after(self, names, q, v=None, timeout=5.0) -> np.ndarray | None:
+        """Publish a state until commands answer it; the answer to the last one is returned.
+
+        Every state sent here is the same, and DDS keeps one writer's order, so once the
+        answers to states still in flight have arrived the last command is this state's.
+        """
+        before = len(self.commands)
+        for _ in range(int(timeout / 0.1)):
+            self.send_state(names, q, v)
+            if self.peer.wait_for(lambda: len(self.commands) > before, 0.1):
+                self.peer.wait_for(lambda: False, 0.15)
+                return np.array(self.commands[-1].data)
+        return None
+
+    def set(self, **values):
+        params = []
+        for name, value in values.items():
+            pv = ParameterValue()
+            if isinstance(value, str):
+                pv.type, pv.string_value = ParameterType.PARAMETER_STRING, value
+            elif isinstance(value, bool):
+                pv.type, pv.bool_value = ParameterType.PARAMETER_BOOL, value
+            elif isinstance(value, float):
+                pv.type, pv.double_value = ParameterType.PARAMETER_DOUBLE, value
+            else:
+                pv.type = ParameterType.PARAMETER_DOUBLE_ARRAY
+                pv.double_array_value = [float(x) for x in value]
+            params.append(ParameterMsg(name=name, value=pv))
+        request = SetParametersAtomically.Request(parameters=params)
+        return [self.peer.call(self.params, request).result]
+
+
+@pytest.fixture()
+def rig(tmp_path):
+    params = write_params(tmp_path, "rb_dynamics", {"urdf_path": str(UR5), "kp": [100.0],
+                                                    "kd": [20.0], "state_timeout": 0.5})
+    node = NodeProcess("rb_dynamics.node", params)
+    peer = Peer()
+    yield Rig(peer, node)
+    peer.close()
+    assert node.stop() < 2.0, "the node did not shut down within 2 s"
+    assert node.proc.returncode == 0, node.output()
+
+
+def _pin(path: Path):
+    pm = pin.buildModelFromUrdf(str(path), mimic=True)
+    return pm, pm.createData()
+
+
+def _pin_order(pm, names):
+    return [pm.joints[pm.getJointId(n)].idx_v for n in names]
+
+
+def test_gravity_torques_equal_pinocchio_for_permuted_names(rig):
+    model = load_model(UR5)
+    pm, pd = _pin(UR5)
+    joints = model.actuated_joint_names
+    rng = np.random.default_rng(40)
+    for _ in range(5):
+        q = rng.uniform(-1.5, 1.5, 6)
+        order = rng.permutation(6)
+        names = ["some_other_joint"] + [joints[k] for k in order]
+        tau = rig.command_after(names, [0.3, *q[order]])
+        assert tau is not None, rig.node.output()
+        ref = pin.computeGeneralizedGravity(pm, pd, q)[_pin_order(pm, joints)]
+        assert rel_err(tau, ref) <= 1e-9
+
+
+def test_computed_torque_equals_pinocchio_rnea_and_gains_are_validated(rig):
+    model = load_model(UR5)
+    pm, pd = _pin(UR5)
+    joints = model.actuated_joint_names
+    assert rig.command_after(joints, np.zeros(6)) is not None, rig.node.output()
+    assert rig.set(mode="computed_torque")[0].successful
+    # a bad gain is refused with a reason, and nothing changes
+    result = rig.set(kp=[-1.0] * 6, kd=[1.0] * 6)[0]
+    assert not result.successful and "kp" in result.reason
+    assert not rig.set(mode="impedance")[0].successful
+    assert rig.set(kp=[50.0, 60, 70, 80, 90, 100])[0].successful
+    kp, kd = np.array([50.0, 60, 70, 80, 90, 100]), np.full(6, 20.0)
+    q_goal = np.array([0.2, -1.0, 1.1, -0.3, 0.4, 0.5])
+    point = JointTrajectoryPoint(positions=[float(x) for x in q_goal[::-1]])
+    rig.publish_matched(rig.trajectory,
+                        JointTrajectory(joint_names=joints[::-1], points=[point]))
+    rig.peer.wait_for(lambda: False, 0.3)
+    q = np.array([0.1, -1.2, 1.0, -0.5, 0.3, 0.2])
+    v = np.array([0.1, -0.2, 0.3, 0.0, 0.1, -0.1])
+    tau = rig.command_after(joints, q, v)
+    a_cmd = kp * (q_goal - q) - kd * v  # a set-point: q̇_d = q̈_d = 0
+    ref = pin.rnea(pm, pd, q, v, a_cmd)[_pin_order(pm, joints)]
+    ref = np.clip(ref, -model.effort_limit, model.effort_limit)
+    assert rel_err(tau, ref) <= 1e-9, (tau, ref, rig.node.output())
+
+
+def test_bad_states_publish_nothing_and_are_reported(rig):
+    joints = load_model(UR5).actuated_joint_names
+    assert rig.command_after(joints, np.zeros(6)) is not None, rig.node.output()
+    rig.peer.wait_for(lambda: False, 0.3)  # answers to states still in flight
+    count = len(rig.commands)
+    rig.send_state(joints[:5], np.zeros(5))
+    rig.send_state(joints, [0.0] * 5 + [float("nan")])
+    rig.send_state(joints, np.zeros(5))
+    rig.peer.wait_for(lambda: False, 0.5)
+    assert len(rig.commands) == count
+    assert all(np.all(np.isfinite(c.data)) for c in rig.commands)
+    log = rig.node.output()
+    assert "missing joints" in log and "NaN" in log and "6 names but 5 positions" in log
+
+
+def test_stale_state_is_reported_on_diagnostics(rig):
+    joints = load_model(UR5).actuated_joint_names
+    assert rig.command_after(joints, np.zeros(6)) is not None, rig.node.output()
+
+    def stale():
+        return any(s.level == s.ERROR and "stale" in s.message
+                   for d in rig.diagnostics for s in d.status)
+
+    assert rig.peer.wait_for(stale, 4.0), [s.message for d in rig.diagnostics for s in d.status]
+
+
+def test_commands_are_clamped_to_the_scaled_limit(rig):
+    model = load_model(UR5)
+    joints = model.actuated_joint_names
+    assert rig.set(effort_scale=0.01)[0].successful
+    q = np.zeros(6)  # arm stretched out horizontally: large gravity torque
+    tau = rig.command_after(joints, q)
+    assert tau is not None
+    assert np.all(np.abs(tau) <= 0.01 * model.effort_limit + 1e-12)
+    assert np.any(np.abs(tau) == 0.01 * model.effort_limit)
+    assert not rig.set(effort_scale=2.0)[0].successful
+
+
+def test_a_new_description_is_swapped_in_and_a_bad_one_refused(rig):
+    panda = load_model(PANDA)
+    pm, pd = _pin(PANDA)
+    rig.publish_matched(rig.description, String(data=PANDA.read_text()))
+    q = np.array([0.1, -0.4, 0.2, -2.0, 0.1, 1.5, 0.7, 0.02])
+    tau = None
+    for _ in range(30):
+        tau = rig.command_after(panda.joint_names, q, timeout=0.3)
+        if tau is not None and len(tau) == 8:
+            break
+    assert tau is not None and len(tau) == 8, rig.node.output()
+    ref = np.clip(pin.computeGeneralizedGravity(pm, pd, q)[_pin_order(pm, panda.joint_names)],
+                  -panda.effort_limit, panda.effort_limit)
+    assert rel_err(tau, ref) <= 1e-9
+    rig.description.publish(String(data="<robot name='broken'><link name='a'>"))
+    rig.peer.wait_for(lambda: False, 0.5)
+    assert len(rig.command_after(panda.joint_names, q)) == 8  # still panda
+    assert "cannot use the description" in rig.node.output()
