@@ -267,6 +267,9 @@ class ReferenceBackend:
     def rnea(self, q, v, a):
         return dynamics.rnea(self.model, q, v, a)
 
+    def nonlinear_effects(self, q, v):
+        return dynamics.nonlinear_effects(self.model, q, v)
+
     def aba(self, q, v, tau):
         return dynamics.aba(self.model, q, v, tau)
 
@@ -489,6 +492,7 @@ class JointController:
                 f"joint state is stale ({age * 1e3:.0f} ms old, limit "
                 f"{self.max_state_age * 1e3:.0f} ms)"
             )
+        v_friction = self.v  # gravity mode: losses at the measured velocity
         if self.mode == "gravity":
             tau = self.backend.gravity(self.q)
             error = np.zeros(self.model.nv)
@@ -499,8 +503,11 @@ class JointController:
                 error = position_error(self.model, q_d, self.q, self.continuous)
             a_command = a_d + self.kd * (v_d - self.v) + self.kp * error
             tau = self.backend.rnea(self.q, self.v, a_command)
+            # Feed-forward on the reference velocity: compensating friction from the measured
+            # (noisy, a step late) velocity is a high-gain positive feedback on light links.
+            v_friction = v_d
         if self.friction_compensation:
-            tau = tau + friction_compensation(self.model, self.v)
+            tau = tau + friction_compensation(self.model, v_friction)
         if not math.isfinite(tau.sum()):
             raise ControllerError("the computed effort is not finite; nothing published")
         limit = self.model.effort_limit[self.index] * self.effort_scale

@@ -23,6 +23,7 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import SetBool, Trigger
 
+from .codegen import compile_dynamics
 from .model import load_model
 from .simulation import INTEGRATORS, Simulator
 
@@ -59,6 +60,7 @@ class SimulatorNode(Node):
             q0=self._initial_configuration(),
             command_timeout=self.get_parameter("command_timeout").value,
             forward_dynamics=self._forward_dynamics(),
+            backend=self.backend,
         )
         self._last_warning: dict[str, float] = {}
         self.paused = bool(self.get_parameter("start_paused").value)
@@ -135,12 +137,8 @@ class SimulatorNode(Node):
         return q0
 
     def _forward_dynamics(self):
-        try:
-            from .codegen import compile_dynamics
-        except ImportError:
-            from .dynamics import aba
-            return aba
         fast = compile_dynamics(self.model)
+        self.backend = fast
         return lambda model, q, v, tau, f_ext=None: fast.aba(q, v, tau)
 
     # ------------------------------------------------------------------ callbacks

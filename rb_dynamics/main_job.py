@@ -1,0 +1,314 @@
+"""The main job: the simulator and the control node in closed loop, with a report and a plot.
+
+Starts ``rb_dynamics.sim_node`` and ``rb_dynamics.node`` as separate processes on loopback DDS
+(a random domain), sends a smooth reference trajectory, records for ``--duration`` seconds,
+stops everything (SIGINT, then SIGKILL if a process hangs), prints a report and writes a PNG.
+
+    python -m rb_dynamics.main_job [--urdf PATH] [--duration 10] [--mode computed_torque]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from . import DEFAULT_URDF
+from .model import load_model
+
+SIM, CONTROL = "rb_simulator", "rb_dynamics"
+
+
+@dataclass
+class Recording:
+    t: list[float] = field(default_factory=list)  # wall time of each joint state (s)
+    q: list[list[float]] = field(default_factory=list)
+    effort: list[list[float]] = field(default_factory=list)
+    q_desired: list[list[float]] = field(default_factory=list)
+    latency: list[float] = field(default_factory=list)  # state received → its command received
+    clock: list[tuple[float, float]] = field(default_factory=list)  # (wall, sim)
+
+
+PERIOD_S = 4.0
+
+
+def reference_amplitude(q0: np.ndarray, lower: np.ndarray, upper: np.ndarray,
+                        amplitude: float = 0.3) -> np.ndarray:
+    """Per-joint swing: 0.3 rad (alternating sign), less where a limit is near."""
+    signs = np.array([1.0 if k % 2 == 0 else -1.0 for k in range(len(q0))])
+    room = np.minimum(upper - q0, q0 - lower)
+    return np.minimum(amplitude, 0.45 * np.where(np.isfinite(room), room, np.inf)) * signs
+
+
+def reference(t: np.ndarray | float, q0: np.ndarray, amp: np.ndarray):
+    """The smooth reference q0 + A(1 − cos ωt)/2 with its exact derivatives."""
+    w = 2 * math.pi / PERIOD_S
+    t = np.asarray(t, dtype=float)[..., None]
+    return (q0 + amp * (1 - np.cos(w * t)) / 2, amp * w * np.sin(w * t) / 2,
+            amp * w * w * np.cos(w * t) / 2)
+
+
+def _initial_configuration(model) -> np.ndarray:
+    """A bent, comfortable pose inside the limits: 30 % of the way from the middle."""
+    lower, upper = model.position_lower, model.position_upper
+    mid = np.where(np.isfinite(lower + upper), (lower + upper) / 2, 0.0)
+    q0 = mid.copy()
+    q0[1::2] += 0.3 * np.where(np.isfinite(upper - mid), upper - mid, 1.0)[1::2]
+    return q0
+
+
+def _spawn(module: str, params: dict, extra: list[str], log_dir: Path) -> subprocess.Popen:
+    path = log_dir / f"{module.rsplit('.', 1)[-1]}_params.yaml"
+    node_name = SIM if module.endswith("sim_node") else CONTROL
+    path.write_text(json.dumps({node_name: {"ros__parameters": params}}))
+    log = open(log_dir / f"{node_name}.log", "w")  # noqa: SIM115 - the child's stdout
+    return subprocess.Popen([sys.executable, "-m", module, "--ros-args", "--params-file",
+                             str(path), *extra], stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def _stop(proc: subprocess.Popen, timeout: float = 5.0) -> str:
+    if proc.poll() is not None:
+        return f"exited {proc.returncode}"
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout)
+        return "stopped"
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return "killed"
+
+
+def run(urdf: Path, duration: float, mode: str, out_dir: Path, quiet: bool = False) -> dict:
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    from rosgraph_msgs.msg import Clock
+    from sensor_msgs.msg import JointState
+    from std_msgs.msg import Float64MultiArray
+    from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+
+    os.environ.setdefault("ROS_DOMAIN_ID", str(random.SystemRandom().randint(50, 200)))
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    os.environ.setdefault("ROS_LOCALHOST_ONLY", "1")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log_dir = Path(tempfile.mkdtemp(prefix="rb_dynamics_main_job_"))
+    os.environ.setdefault("ROS_LOG_DIR", str(log_dir / "ros"))
+    model = load_model(urdf)
+    joints = model.actuated_joint_names
+    q_index = [model.joint_q_index[model.joint_index(n)] for n in joints]
+    lower, upper = model.position_lower[q_index], model.position_upper[q_index]
+    q0 = _initial_configuration(model)[q_index]
+    limits = model.effort_limit[[model.joint_v_index[model.joint_index(n)] for n in joints]]
+    amp = reference_amplitude(q0, lower, upper)
+
+    sim = _spawn("rb_dynamics.sim_node", {
+        "urdf_path": str(urdf), "initial_positions": q0.tolist(), "publish_rate": 1000.0,
+        "time_step": 0.001, "integrator": "semi_implicit_euler", "publish_clock": True,
+        "command_timeout": 0.2, "start_paused": True}, [], log_dir)
+    control = _spawn("rb_dynamics.node", {
+        "urdf_path": str(urdf), "mode": mode, "kp": [400.0], "kd": [40.0],
+        "friction_compensation": True, "state_timeout": 0.1, "use_sim_time": True},
+        ["-r", f"~/effort_commands:=/{SIM}/commands"], log_dir)
+    rclpy.init()
+    node = rclpy.create_node("rb_dynamics_main_job")
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    rec = Recording()
+    last_state_time = [math.nan]  # wall clock, for the latency
+    last_stamp = [math.nan]  # sim time of the latest state
+    start_sim = [math.nan]  # sim time at which the reference starts
+
+    def on_state(msg: JointState) -> None:
+        by_name = dict(zip(msg.name, msg.position))
+        if not all(n in by_name for n in joints):
+            return
+        last_state_time[0] = time.monotonic()
+        last_stamp[0] = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+        t = last_stamp[0] - start_sim[0]
+        if not t >= 0.0:  # NaN before the start
+            return
+        rec.t.append(t)
+        rec.q.append([by_name[n] for n in joints])
+        effort = dict(zip(msg.name, msg.effort))
+        rec.effort.append([effort.get(n, 0.0) for n in joints])
+        rec.q_desired.append(reference(t, q0, amp)[0].tolist())
+
+    def on_command(_msg: Float64MultiArray) -> None:
+        if not math.isnan(start_sim[0]) and not math.isnan(last_state_time[0]):
+            rec.latency.append(time.monotonic() - last_state_time[0])
+
+    def on_clock(msg: Clock) -> None:
+        rec.clock.append((time.monotonic(), msg.clock.sec + msg.clock.nanosec * 1e-9))
+
+    node.create_subscription(JointState, "joint_states", on_state, 100)
+    node.create_subscription(Float64MultiArray, f"/{SIM}/commands", on_command, 100)
+    node.create_subscription(Clock, "/clock", on_clock, 100)
+    trajectory_pub = node.create_publisher(JointTrajectory, f"/{CONTROL}/trajectory", 10)
+    from std_srvs.srv import SetBool
+
+    pause = node.create_client(SetBool, f"/{SIM}/pause")
+    report: dict = {"robot": model.name, "urdf": str(urdf), "mode": mode, "duration_s": duration,
+                    "joints": joints}
+    try:
+        deadline = time.monotonic() + 30.0
+        while not (pause.service_is_ready() and trajectory_pub.get_subscription_count() > 0
+                   and not math.isnan(last_state_time[0])):
+            executor.spin_once(timeout_sec=0.05)
+            for name, proc in (("simulator", sim), ("control node", control)):
+                if proc.poll() is not None:
+                    raise RuntimeError(f"the {name} exited: see {log_dir}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the nodes did not come up within 30 s: see {log_dir}")
+        # waypoints every 0.1 s with exact derivatives: the node's quintic segments follow the
+        # cosine to ~1e-7 rad
+        times = np.arange(0.1, duration + 1e-9, 0.1)
+        q_ref, v_ref, a_ref = reference(times, q0, amp)
+        msg = JointTrajectory(joint_names=joints)
+        for t, q, v, a in zip(times, q_ref, v_ref, a_ref):
+            point = JointTrajectoryPoint(positions=q.tolist(), velocities=v.tolist(),
+                                         accelerations=a.tolist())
+            point.time_from_start.sec = int(t)
+            point.time_from_start.nanosec = int(round((t - int(t)) * 1e9))
+            msg.points.append(point)
+        # hold the start pose first so the controller is publishing before the motion starts
+        future = pause.call_async(SetBool.Request(data=False))
+        while not future.done():
+            executor.spin_once(timeout_sec=0.05)
+        settle_end = time.monotonic() + 0.5
+        while time.monotonic() < settle_end:
+            executor.spin_once(timeout_sec=0.01)
+        # the reference starts at a stated simulated instant, shared by controller and recorder
+        start_sim[0] = last_stamp[0] + 0.05
+        msg.header.stamp.sec = int(start_sim[0])
+        msg.header.stamp.nanosec = int(round((start_sim[0] - int(start_sim[0])) * 1e9))
+        trajectory_pub.publish(msg)
+        start_wall = time.monotonic()
+        next_line = 0.0
+        while (elapsed := last_stamp[0] - start_sim[0]) < duration:
+            executor.spin_once(timeout_sec=0.01)
+            if not quiet and elapsed >= next_line:
+                err = (np.abs(np.array(rec.q[-1]) - rec.q_desired[-1]).max() if rec.q else 0.0)
+                print(f"\r  sim {max(elapsed, 0):5.1f}/{duration:.0f} s  states {len(rec.t):6d}  "
+                      f"commands {len(rec.latency):6d}  |error| {err:.2e} rad",
+                      end="", flush=True)
+                next_line += 0.5
+            if sim.poll() is not None or control.poll() is not None:
+                raise RuntimeError(f"a node exited during the run: see {log_dir}")
+            if time.monotonic() - start_wall > 5 * duration + 30:
+                raise RuntimeError(f"the simulation stalled: see {log_dir}")
+        if not quiet:
+            print()
+    finally:
+        report["shutdown"] = {"simulator": _stop(sim), "control node": _stop(control)}
+        executor.shutdown()
+        node.destroy_node()
+        rclpy.shutdown()
+    report.update(_figures(rec, joints, limits))
+    report["log_dir"] = str(log_dir)
+    report["plot"] = str(_plot(rec, joints, limits, out_dir / "main_job.png"))
+    (out_dir / "main_job_report.json").write_text(json.dumps(report, indent=2))
+    return report
+
+
+def _figures(rec: Recording, joints: list[str], limits: np.ndarray) -> dict:
+    if len(rec.t) < 10:
+        raise RuntimeError("too few joint states were recorded")
+    q, qd = np.array(rec.q), np.array(rec.q_desired)
+    error = q - qd
+    effort = np.abs(np.array(rec.effort))
+    latency = np.array(rec.latency) * 1e3 if rec.latency else np.array([math.nan])
+    wall = np.array([c[0] for c in rec.clock])
+    simt = np.array([c[1] for c in rec.clock])
+    rtf = float((simt[-1] - simt[0]) / (wall[-1] - wall[0])) if len(wall) > 10 else math.nan
+    return {
+        "states_recorded": len(rec.t),
+        "commands_recorded": len(rec.latency),
+        "rms_error_rad": dict(zip(joints, np.sqrt((error**2).mean(axis=0)).tolist())),
+        "max_error_rad": dict(zip(joints, np.abs(error).max(axis=0).tolist())),
+        "max_effort_over_limit": dict(zip(joints, (effort.max(axis=0) / limits).tolist())),
+        "latency_ms": {"median": float(np.median(latency)),
+                       "p99": float(np.percentile(latency, 99))},
+        "real_time_factor": rtf,
+    }
+
+
+def _plot(rec: Recording, joints: list[str], limits: np.ndarray, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t = np.array(rec.t)
+    q, qd, effort = np.array(rec.q), np.array(rec.q_desired), np.array(rec.effort)
+    fig, axes = plt.subplots(3, 1, figsize=(10, 10), sharex=True)
+    colors = plt.cm.tab10(np.arange(len(joints)) % 10)
+    for k, name in enumerate(joints):
+        axes[0].plot(t, qd[:, k], "--", color=colors[k], lw=1)
+        axes[0].plot(t, q[:, k], color=colors[k], lw=1.5, label=name)
+        axes[1].plot(t, effort[:, k] / limits[k], color=colors[k], lw=1, label=name)
+        axes[2].semilogy(t, np.abs(q[:, k] - qd[:, k]) + 1e-12, color=colors[k], lw=1)
+    axes[0].set_ylabel("position (rad) — dashed: desired")
+    axes[0].legend(loc="upper right", fontsize=7, ncol=2)
+    axes[1].axhline(1.0, color="k", lw=0.8)
+    axes[1].axhline(-1.0, color="k", lw=0.8)
+    axes[1].set_ylabel("effort / URDF limit")
+    axes[2].set_ylabel("|q − q_d| (rad)")
+    axes[2].set_xlabel("time (s)")
+    fig.suptitle("rb_dynamics: computed torque on the simulator, over DDS")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def print_report(report: dict) -> None:
+    joints = report["joints"]
+    print(f"\nrb_dynamics main job — {report['robot']} ({len(joints)} joints), mode "
+          f"{report['mode']}, {report['duration_s']:.1f} s")
+    print(f"{'joint':<24}{'RMS err (rad)':>15}{'max err (rad)':>15}{'max |τ|/limit':>15}")
+    for name in joints:
+        print(f"{name:<24}{report['rms_error_rad'][name]:>15.2e}"
+              f"{report['max_error_rad'][name]:>15.2e}"
+              f"{report['max_effort_over_limit'][name]:>15.3f}")
+    lat = report["latency_ms"]
+    print(f"command latency (state → command, ms): median {lat['median']:.3f}, "
+          f"p99 {lat['p99']:.3f}")
+    print(f"simulator real-time factor: {report['real_time_factor']:.3f}")
+    print(f"states {report['states_recorded']}, commands {report['commands_recorded']}; "
+          f"shutdown: {report['shutdown']}")
+    print(f"plot: {report['plot']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--urdf", type=Path, default=DEFAULT_URDF, help="robot description")
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds of motion")
+    parser.add_argument("--mode", default="computed_torque",
+                        choices=["computed_torque", "gravity_compensation"])
+    parser.add_argument("--out", type=Path, default=Path("build"),
+                        help="folder for main_job.png and main_job_report.json")
+    parser.add_argument("--quiet", action="store_true", help="no progress line")
+    args = parser.parse_args(argv)
+    try:
+        report = run(args.urdf, args.duration, args.mode, args.out, args.quiet)
+    except RuntimeError as exc:
+        print(f"main job failed: {exc}", file=sys.stderr)
+        return 1
+    print_report(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
