@@ -30,6 +30,8 @@ setup(
         "console_scripts": [
             "rb_dynamics_node = rb_dynamics.node:main",
             "rb_simulator = rb_dynamics.sim_node:main",
+            "rb_reference = rb_dynamics.reference_node:main",
+            "rb_dynamics_main_job = rb_dynamics.main_job:main",
         ],
     },
 )
