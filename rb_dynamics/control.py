@@ -482,8 +482,12 @@ class JointController:
     def state_age(self, now: float) -> float:
         return now - self.state_time
 
-    def compute(self, now: float) -> ControlOutput:
-        """The effort command at ``now``; raises ControllerError when the state is unusable."""
+    def compute(self, now: float, reference_time: float | None = None) -> ControlOutput:
+        """The effort command at ``now``; raises ControllerError when the state is unusable.
+
+        ``reference_time`` (default ``now``) is when the reference is sampled: the instant the
+        state was measured, when its stamp says so.
+        """
         if self.q is None:
             raise ControllerError("no joint state received yet")
         age = self.state_age(now)
@@ -497,7 +501,7 @@ class JointController:
             tau = self.backend.gravity(self.q)
             error = np.zeros(self.model.nv)
         else:
-            q_d, v_d, a_d = self.reference(now)
+            q_d, v_d, a_d = self.reference(now if reference_time is None else reference_time)
             error = q_d - self.q
             if self.has_continuous:
                 error = position_error(self.model, q_d, self.q, self.continuous)

@@ -91,7 +91,8 @@ def _stop(proc: subprocess.Popen, timeout: float = 5.0) -> str:
         return "killed"
 
 
-def run(urdf: Path, duration: float, mode: str, out_dir: Path, quiet: bool = False) -> dict:
+def run(urdf: Path, duration: float, mode: str, out_dir: Path, quiet: bool = False,
+        lockstep: bool = True) -> dict:
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
     from rosgraph_msgs.msg import Clock
@@ -116,7 +117,7 @@ def run(urdf: Path, duration: float, mode: str, out_dir: Path, quiet: bool = Fal
     sim = _spawn("rb_dynamics.sim_node", {
         "urdf_path": str(urdf), "initial_positions": q0.tolist(), "publish_rate": 1000.0,
         "time_step": 0.001, "integrator": "semi_implicit_euler", "publish_clock": True,
-        "command_timeout": 0.2, "start_paused": True}, [], log_dir)
+        "command_timeout": 0.2, "start_paused": True, "lockstep": lockstep}, [], log_dir)
     control = _spawn("rb_dynamics.node", {
         "urdf_path": str(urdf), "mode": mode, "kp": [400.0], "kd": [40.0],
         "friction_compensation": True, "state_timeout": 0.1, "use_sim_time": True},
@@ -160,7 +161,7 @@ def run(urdf: Path, duration: float, mode: str, out_dir: Path, quiet: bool = Fal
 
     pause = node.create_client(SetBool, f"/{SIM}/pause")
     report: dict = {"robot": model.name, "urdf": str(urdf), "mode": mode, "duration_s": duration,
-                    "joints": joints}
+                    "joints": joints, "lockstep": lockstep}
     try:
         deadline = time.monotonic() + 30.0
         while not (pause.service_is_ready() and trajectory_pub.get_subscription_count() > 0
@@ -173,7 +174,7 @@ def run(urdf: Path, duration: float, mode: str, out_dir: Path, quiet: bool = Fal
                 raise RuntimeError(f"the nodes did not come up within 30 s: see {log_dir}")
         # waypoints every 0.1 s with exact derivatives: the node's quintic segments follow the
         # cosine to ~1e-7 rad
-        times = np.arange(0.1, duration + 1e-9, 0.1)
+        times = np.arange(0.0, duration + 1e-9, 0.1)
         q_ref, v_ref, a_ref = reference(times, q0, amp)
         msg = JointTrajectory(joint_names=joints)
         for t, q, v, a in zip(times, q_ref, v_ref, a_ref):
@@ -186,8 +187,9 @@ def run(urdf: Path, duration: float, mode: str, out_dir: Path, quiet: bool = Fal
         future = pause.call_async(SetBool.Request(data=False))
         while not future.done():
             executor.spin_once(timeout_sec=0.05)
-        settle_end = time.monotonic() + 0.5
-        while time.monotonic() < settle_end:
+        # one simulated second of holding the start pose: the controller settles the arm
+        settle_until, wall_limit = last_stamp[0] + 1.0, time.monotonic() + 20.0
+        while last_stamp[0] < settle_until and time.monotonic() < wall_limit:
             executor.spin_once(timeout_sec=0.01)
         # the reference starts at a stated simulated instant, shared by controller and recorder
         start_sim[0] = last_stamp[0] + 0.05
@@ -300,9 +302,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("build"),
                         help="folder for main_job.png and main_job_report.json")
     parser.add_argument("--quiet", action="store_true", help="no progress line")
+    parser.add_argument("--free-running", action="store_true",
+                        help="simulator paced by the wall clock instead of one step per command")
     args = parser.parse_args(argv)
     try:
-        report = run(args.urdf, args.duration, args.mode, args.out, args.quiet)
+        report = run(args.urdf, args.duration, args.mode, args.out, args.quiet,
+                     lockstep=not args.free_running)
     except RuntimeError as exc:
         print(f"main job failed: {exc}", file=sys.stderr)
         return 1

@@ -307,8 +307,10 @@ class DynamicsNode(Node):
         if now - self._last_publish < self._min_period:
             return
         started = time.perf_counter()
+        stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
         try:
-            out = controller.compute(now)
+            # the reference is sampled at the instant the state describes, when it is stamped
+            out = controller.compute(now, stamp if stamp > 0.0 else now)
         except ControllerError as exc:
             self._warn(f"{exc}; not publishing", "compute")
             return

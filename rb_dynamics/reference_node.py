@@ -42,7 +42,7 @@ class ReferenceNode(Node):
         index = [self.model.joint_q_index[self.model.joint_index(n)] for n in self.joints]
         amp = reference_amplitude(q0, self.model.position_lower[index],
                                   self.model.position_upper[index])
-        times = np.arange(0.1, self.get_parameter("duration").value + 1e-9, 0.1)
+        times = np.arange(0.0, self.get_parameter("duration").value + 1e-9, 0.1)
         q, v, a = reference(times, q0, amp)
         trajectory = JointTrajectory(joint_names=self.joints)
         for t, qk, vk, ak in zip(times, q, v, a):

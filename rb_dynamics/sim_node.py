@@ -49,9 +49,15 @@ class SimulatorNode(Node):
         declare("position_limits", True)
         declare("publish_clock", False)
         declare("start_paused", False)
+        # lockstep: one step per command (a controller in the loop sets the pace; without
+        # commands for lockstep_timeout wall seconds, time goes on at the real-time pace)
+        declare("lockstep", False)
+        declare("lockstep_timeout", 0.5)
         self.model = self._load_model()
         self.joints = self._joint_order()
         self.v_index = np.array([self.model.joint_v_index[self.model.joint_index(n)]
+                                 for n in self.joints])
+        self.q_index = np.array([self.model.joint_q_index[self.model.joint_index(n)]
                                  for n in self.joints])
         self.sim = Simulator(
             self.model,
@@ -75,6 +81,9 @@ class SimulatorNode(Node):
         self.create_service(Trigger, "~/reset", self._on_reset)
         self.create_service(SetBool, "~/pause", self._on_pause)
         self.clock_offset = 0.0
+        self.lockstep = bool(self.get_parameter("lockstep").value)
+        self.lockstep_timeout = float(self.get_parameter("lockstep_timeout").value)
+        self.last_lockstep = time.monotonic()
         self.wall_last = time.monotonic()
         self.sim_debt = 0.0
         self.steps_done = 0
@@ -159,6 +168,10 @@ class SimulatorNode(Node):
         if clipped.any():
             names = [n for n, k in zip(self.joints, self.v_index) if clipped[k]]
             self._warn(f"effort command clamped to the URDF limits on {names}", "clamp")
+        if self.lockstep and not self.paused:
+            self._advance(self.sim.dt)
+            self.last_lockstep = time.monotonic()
+            self._publish()
 
     def _on_commands(self, msg: Float64MultiArray) -> None:
         data = np.asarray(msg.data, dtype=float)
@@ -206,25 +219,36 @@ class SimulatorNode(Node):
     def _tick(self) -> None:
         now = time.monotonic()
         elapsed, self.wall_last = now - self.wall_last, now
+        if self.lockstep:
+            if self.paused:
+                self._publish()
+            elif now - self.last_lockstep > self.lockstep_timeout:
+                self._advance(elapsed * self.rtf)  # no controller: time goes on
+                self._publish()
+            return
         if not self.paused:
             # keep up with the wall clock, but never spiral: at most 0.1 s of catch-up
             self.sim_debt = min(self.sim_debt + elapsed * self.rtf, 0.1)
-            before = (self.sim.q.copy(), self.sim.v.copy(), self.sim.time)
-            try:
-                steps = self.sim.advance(self.sim_debt)
-                finite = np.all(np.isfinite(self.sim.q)) and np.all(np.isfinite(self.sim.v))
-            except (ValueError, np.linalg.LinAlgError) as exc:
-                steps, finite = 0, False
-                self.get_logger().error(f"simulation step failed: {exc}")
-            if not finite:
-                # keep the last good state on display, stop, and let the user reset
-                self.sim.q, self.sim.v, self.sim.time = before
-                self.paused = True
-                self.get_logger().error("the simulation diverged (non-finite state): paused; "
-                                        "call ~/reset, then ~/pause false")
-            self.sim_debt -= steps * self.sim.dt
-            self.steps_done += steps
+            self.sim_debt -= self._advance(self.sim_debt) * self.sim.dt
         self._publish()
+
+    def _advance(self, duration: float) -> int:
+        """Steps covering ``duration``; on divergence, the last good state stays and we pause."""
+        before = (self.sim.q.copy(), self.sim.v.copy(), self.sim.time)
+        try:
+            steps = self.sim.advance(duration)
+            finite = np.all(np.isfinite(self.sim.q)) and np.all(np.isfinite(self.sim.v))
+        except (ValueError, np.linalg.LinAlgError) as exc:
+            steps, finite = 0, False
+            self.get_logger().error(f"simulation step failed: {exc}")
+        if not finite:
+            self.sim.q, self.sim.v, self.sim.time = before
+            self.paused = True
+            self.get_logger().error("the simulation diverged (non-finite state): paused; "
+                                    "call ~/reset, then ~/pause false")
+            return 0
+        self.steps_done += steps
+        return steps
 
     def _sim_time(self) -> Time:
         seconds = self.sim.time + self.clock_offset
@@ -233,18 +257,17 @@ class SimulatorNode(Node):
 
     def _publish(self) -> None:
         msg = JointState()
-        # on sim time, states carry the simulated instant they describe
-        msg.header.stamp = self._sim_time() if self.clock_pub is not None else \
-            self.get_clock().now().to_msg()
+        if self.clock_pub is not None:
+            # the clock first: a node on sim time then reads the instant the state describes
+            msg.header.stamp = self._sim_time()
+            self.clock_pub.publish(Clock(clock=msg.header.stamp))
+        else:
+            msg.header.stamp = self.get_clock().now().to_msg()
         msg.name = self.joints
-        q_index = [self.model.joint_q_index[self.model.joint_index(n)] for n in self.joints]
-        msg.position = self.sim.q[q_index].tolist()
+        msg.position = self.sim.q[self.q_index].tolist()
         msg.velocity = self.sim.v[self.v_index].tolist()
         msg.effort = self.sim.applied_effort[self.v_index].tolist()
         self.state_pub.publish(msg)
-        if self.clock_pub is not None:
-            self.clock_pub.publish(Clock(clock=msg.header.stamp))
-
 
 def main(args: list[str] | None = None) -> int:
     from .ros_runtime import run_node
