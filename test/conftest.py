@@ -12,3 +12,23 @@ os.environ["ROS_DOMAIN_ID"] = str(random.SystemRandom().randint(50, 200))
 os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
 os.environ["ROS_LOCALHOST_ONLY"] = "1"  # Humble's spelling of the same thing
 os.environ.setdefault("ROS_LOG_DIR", tempfile.mkdtemp(prefix="rb_dynamics_ros_log_"))
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """The worst relative error against Pinocchio per quantity and model, when measured."""
+    import sys
+
+    module = sys.modules.get("test_dynamics_pinocchio")
+    accuracy = getattr(module, "ACCURACY", None)
+    if not accuracy:
+        return
+    robots = sorted({robot for robot, _ in accuracy})
+    quantities = sorted({quantity for _, quantity in accuracy})
+    write = terminalreporter.write_line
+    write("")
+    write("worst relative error against Pinocchio (per quantity and model):")
+    write(f"{'quantity':<28}" + "".join(f"{r:>17}" for r in robots))
+    for quantity in quantities:
+        cells = [accuracy.get((robot, quantity)) for robot in robots]
+        write(f"{quantity:<28}" + "".join(f"{c:>17.1e}" if c is not None else f"{'-':>17}"
+                                          for c in cells))
