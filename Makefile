@@ -1,5 +1,5 @@
 # Everything runs from ./.venv, set up by scripts/setup_env.sh (idempotent: seconds when done).
-.PHONY: setup run test lint clean
+.PHONY: setup run test bench lint clean
 
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -16,12 +16,18 @@ export ROS_LOG_DIR ?= $(CURDIR)/build/ros_log
 setup:
 	@bash scripts/setup_env.sh
 
-# the main job: the node on the bundled arm, a driver publishing joint states, gravity printed
+# the main job: simulator + control node in closed loop on the bundled arm, report and plot
+# (options: make run ARGS="--urdf my.urdf --duration 5 --mode gravity_compensation")
 run: setup
-	$(PY) -m rb_dynamics.main_job
+	$(PY) -m rb_dynamics.main_job $(ARGS)
 
 test: setup
 	$(PY) -m pytest test -q
+
+# benchmarks (not tests): dynamics against Pinocchio, then the 1 kHz latency through the node
+bench: setup
+	$(PY) benchmarks/bench_dynamics.py --json build/bench_dynamics.json
+	$(PY) benchmarks/bench_latency.py --json build/bench_latency.json
 
 lint: setup
 	$(VENV)/bin/ruff check .
