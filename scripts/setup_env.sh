@@ -4,7 +4,7 @@
 #   2. creates .venv
 #   3. installs the pinned ROS 2 Jazzy wheels and tools (requirements/*.txt), then
 #      rewrites the wheels' foreign include paths in $VENV/share/*/cmake/*.cmake
-#   4. builds rb_dynamics_interfaces with cmake and installs it into .venv (no sourcing needed)
+#   4. builds rb_dynamics_interfaces with colcon, installed into .venv (no sourcing needed)
 #   5. installs rb_dynamics into .venv (pip install -e .)
 # Each step is skipped when a stamp in .venv/.stamps matches the hash of its inputs, so a second
 # run with nothing changed takes a second or two. Variables: PYTHON (interpreter to use),
@@ -129,13 +129,16 @@ IF_HASH=$( { echo "$REQ_HASH"; find "$IF_SRC" -type f | LC_ALL=C sort | xargs ca
 if stamp_ok interfaces "$IF_HASH"; then
   step "rb_dynamics_interfaces: up to date"
 else
-  step "rb_dynamics_interfaces: building with cmake and installing into $VENV (~30 s)"
+  step "rb_dynamics_interfaces: colcon build, installed into $VENV (~30 s)"
   export PATH=$VENV/bin:$PATH AMENT_PREFIX_PATH=$VENV CMAKE_PREFIX_PATH=$VENV
-  rm -rf "$BUILD/rb_dynamics_interfaces"
-  run_logged interfaces-configure cmake -S "$IF_SRC" -B "$BUILD/rb_dynamics_interfaces" \
-    -DCMAKE_INSTALL_PREFIX="$VENV" -DBUILD_TESTING=OFF -DPython3_EXECUTABLE="$VPY"
-  run_logged interfaces-build cmake --build "$BUILD/rb_dynamics_interfaces" -j "$(nproc)"
-  run_logged interfaces-install cmake --install "$BUILD/rb_dynamics_interfaces"
+  rm -rf "$BUILD/colcon"
+  # colcon finds no package inside another package's folder: name both paths. The install base
+  # is the venv itself (merged), so the generated types import with no sourcing.
+  run_logged interfaces-colcon colcon --log-base "$BUILD/colcon/log" build \
+    --base-paths "$ROOT" "$IF_SRC" --packages-select rb_dynamics_interfaces \
+    --build-base "$BUILD/colcon/build" --install-base "$VENV" --merge-install \
+    --event-handlers console_direct- \
+    --cmake-args -DBUILD_TESTING=OFF -DPython3_EXECUTABLE="$VPY"
   stamp_set interfaces "$IF_HASH"
 fi
 
