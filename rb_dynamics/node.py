@@ -14,6 +14,8 @@ Topics
     ~/effort_commands (pub, std_msgs/Float64MultiArray)  efforts ordered by ``joints``;
                                                     remap to <effort controller>/commands
     /diagnostics (pub, diagnostic_msgs/DiagnosticArray)  about once a second
+Services (rb_dynamics_interfaces): ~/inverse_dynamics, ~/forward_dynamics, ~/dynamics_terms,
+~/simulate — see rb_dynamics/services.py.
 Every parameter is listed, with its default, in ``config/rb_dynamics.yaml``.
 """
 
@@ -22,11 +24,9 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rcl_interfaces.msg import (
     FloatingPointRange,
@@ -48,12 +48,9 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, MultiArrayDimension, String
 from trajectory_msgs.msg import JointTrajectory
 
-from rb_dynamics_interfaces.srv import ForwardDynamics, InverseDynamics
-
 from .control import CONTROL_MODES, ControllerError, JointController, TrajectoryPoint
-from .conversions import named_state, wrenches_by_link
-from .dynamics import aba, gravity, rnea
 from .model import Model, URDFError, load_model
+from .services import DynamicsServices
 
 NODE_NAME = "rb_dynamics"
 WARN_PERIOD_S = 2.0
@@ -142,8 +139,7 @@ class DynamicsNode(Node):
                              reliability=ReliabilityPolicy.RELIABLE,
                              history=HistoryPolicy.KEEP_LAST)
         self.create_subscription(String, "/robot_description", self._on_description, latched)
-        self.create_service(InverseDynamics, "~/inverse_dynamics", self._on_inverse_dynamics)
-        self.create_service(ForwardDynamics, "~/forward_dynamics", self._on_forward_dynamics)
+        self.dynamics_services = DynamicsServices(self, lambda: self.model, self._backend)
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self.create_timer(1.0, self._publish_diagnostics)
 
@@ -355,49 +351,6 @@ class DynamicsNode(Node):
             self._warn(f"{exc}; ignored", "trajectory")
             return
         self._hold_reported = False
-
-    # ------------------------------------------------------------------ services
-
-    def _answer(self, name: str, response: Any, compute: Callable[[], None]) -> Any:
-        """Run ``compute`` (which fills ``response``); turn any error into success=false."""
-        try:
-            if self.model is None:
-                raise ValueError("no robot description loaded yet")
-            compute()
-            response.success, response.message = True, ""
-        except (ValueError, KeyError) as exc:  # ConversionError, URDF/dynamics argument errors
-            response.success, response.message = False, str(exc).strip("'\"")
-        except Exception as exc:  # noqa: BLE001 - a service must answer, never crash the node
-            self.get_logger().error(f"{name}: internal error: {exc!r}")
-            response.success, response.message = False, f"internal error: {exc!r}"
-        return response
-
-    def _request_order(self, names: list[str]) -> np.ndarray:
-        return np.array([self.model.joint_v_index[self.model.joint_index(n)] for n in names],
-                        dtype=int)
-
-    def _on_inverse_dynamics(self, request: Any, response: Any) -> Any:
-        def compute() -> None:
-            q, v, a = named_state(self.model.joint_names, request,
-                                  ("positions", "velocities", "accelerations"))
-            order = self._request_order(list(request.joint_names))
-            response.joint_names = list(request.joint_names)
-            response.efforts = rnea(self.model, q, v, a)[order].tolist()
-            response.gravity = gravity(self.model, q)[order].tolist()
-
-        return self._answer("inverse_dynamics", response, compute)
-
-    def _on_forward_dynamics(self, request: Any, response: Any) -> Any:
-        def compute() -> None:
-            q, v, tau = named_state(self.model.joint_names, request,
-                                    ("positions", "velocities", "efforts"))
-            f_ext = wrenches_by_link(list(request.wrench_links), list(request.wrenches),
-                                     known_links=list(self.model.frames))
-            order = self._request_order(list(request.joint_names))
-            response.joint_names = list(request.joint_names)
-            response.accelerations = aba(self.model, q, v, tau, f_ext or None)[order].tolist()
-
-        return self._answer("forward_dynamics", response, compute)
 
     # ------------------------------------------------------------------ diagnostics
 
