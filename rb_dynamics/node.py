@@ -130,7 +130,7 @@ class DynamicsNode(Node):
         self._stale_reported = False
         self._hold_reported = False
 
-        self.effort_pub = self.create_publisher(Float64MultiArray, "~/effort_commands", 10)
+        self.effort_pub = self.create_publisher(Float64MultiArray, "~/effort_commands", 100)
         self.diagnostics_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.state_sub = self.create_subscription(JointState, "joint_states",
                                                   self._on_joint_state, self._joint_states_qos())

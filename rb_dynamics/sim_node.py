@@ -73,10 +73,10 @@ class SimulatorNode(Node):
         self.rtf = float(self.get_parameter("real_time_factor").value)
         if not (self.rtf > 0 and math.isfinite(self.rtf)):
             raise ValueError("real_time_factor must be positive")
-        self.state_pub = self.create_publisher(JointState, "joint_states", 10)
+        self.state_pub = self.create_publisher(JointState, "joint_states", 100)  # 0.1 s of 1 kHz
         self.clock_pub = (self.create_publisher(Clock, "/clock", 10)
                           if self.get_parameter("publish_clock").value else None)
-        self.create_subscription(Float64MultiArray, "~/commands", self._on_commands, 10)
+        self.create_subscription(Float64MultiArray, "~/commands", self._on_commands, 100)
         self.create_subscription(JointState, "~/joint_commands", self._on_joint_commands, 10)
         self.create_service(Trigger, "~/reset", self._on_reset)
         self.create_service(SetBool, "~/pause", self._on_pause)
