@@ -28,6 +28,7 @@ test: setup
 bench: setup
 	$(PY) benchmarks/bench_dynamics.py --json build/bench_dynamics.json
 	$(PY) benchmarks/bench_latency.py --json build/bench_latency.json
+	$(PY) benchmarks/bench_simulation.py
 
 lint: setup
 	$(VENV)/bin/ruff check .
