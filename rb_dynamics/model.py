@@ -22,6 +22,9 @@ __all__ = ["DEFAULT_GRAVITY", "Frame", "Model", "URDFError", "load_model"]
 
 DEFAULT_GRAVITY = (0.0, 0.0, -9.81)
 MAX_URDF_BYTES = 20_000_000
+# No robot has a link heavier than 1e9 kg or an offset longer than 1e9 m; numbers past this
+# bound would overflow the dynamics (inertias go as m·r²) into inf/NaN torques
+MAX_MAGNITUDE = 1e9
 _URDF_JOINT_KINDS = {
     "revolute": "revolute",
     "continuous": "revolute",
@@ -188,6 +191,8 @@ def _floats(text: str | None, count: int, where: str, default: tuple[float, ...]
         raise URDFError(f"{where}: expected {count} numbers, got {text!r}")
     if not all(math.isfinite(v) for v in values):
         raise URDFError(f"{where}: non-finite number in {text!r}")
+    if any(abs(v) > MAX_MAGNITUDE for v in values):
+        raise URDFError(f"{where}: {text!r} is implausibly large (limit {MAX_MAGNITUDE:g})")
     return np.array(values)
 
 
@@ -202,6 +207,8 @@ def _float(text: str | None, where: str, default: float | None = None, allow_inf
         raise URDFError(f"{where}: {text!r} is not a number") from None
     if math.isnan(value) or (math.isinf(value) and not allow_inf):
         raise URDFError(f"{where}: non-finite number {text!r}")
+    if not allow_inf and abs(value) > MAX_MAGNITUDE:
+        raise URDFError(f"{where}: {text!r} is implausibly large (limit {MAX_MAGNITUDE:g})")
     return value
 
 
