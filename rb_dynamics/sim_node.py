@@ -2,8 +2,10 @@
 
 Subscribes ``~/commands`` (std_msgs/Float64MultiArray, efforts ordered by ``joints``) and
 ``~/joint_commands`` (sensor_msgs/JointState, efforts by name); publishes ``joint_states``
-(position, velocity, applied effort). Services ``~/reset`` (std_srvs/Trigger) and ``~/pause``
-(std_srvs/SetBool). Optionally publishes ``/clock`` so other nodes can run on sim time.
+(position, velocity, applied effort). Services ``~/reset`` (std_srvs/Trigger: back to the
+initial state), ``~/set_state`` (rb_dynamics_interfaces/SetState: a given state) and
+``~/pause`` (std_srvs/SetBool). Optionally publishes ``/clock`` so other nodes can run on sim
+time.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import SetBool, Trigger
+
+from rb_dynamics_interfaces.srv import SetState
 
 from .codegen import compile_dynamics
 from .model import load_model
@@ -80,6 +84,7 @@ class SimulatorNode(Node):
         self.create_subscription(JointState, "~/joint_commands", self._on_joint_commands, 10)
         self.create_service(Trigger, "~/reset", self._on_reset)
         self.create_service(SetBool, "~/pause", self._on_pause)
+        self.create_service(SetState, "~/set_state", self._on_set_state)
         self.clock_offset = 0.0
         self.lockstep = bool(self.get_parameter("lockstep").value)
         self.lockstep_timeout = float(self.get_parameter("lockstep_timeout").value)
@@ -209,8 +214,32 @@ class SimulatorNode(Node):
         response.success, response.message = True, "state reset to the initial configuration"
         return response
 
+    def _on_set_state(self, request, response):
+        """Jump to a given state (joints by name; unnamed ones keep their position)."""
+        names, positions = list(request.joint_names), np.asarray(request.positions, float)
+        velocities = np.asarray(request.velocities, float) if len(request.velocities) else \
+            np.zeros(len(names))
+        problem = None
+        if len(set(names)) != len(names) or any(n not in self.joints for n in names):
+            problem = f"joint_names: unknown or repeated joints; known: {self.joints}"
+        elif positions.shape != (len(names),) or velocities.shape != (len(names),):
+            problem = "positions/velocities: one value per joint name"
+        elif not (np.all(np.isfinite(positions)) and np.all(np.isfinite(velocities))):
+            problem = "positions/velocities: NaN or inf"
+        if problem:
+            response.success, response.message = False, problem
+            return response
+        q, v = self.sim.q.copy(), np.zeros(self.model.nv)
+        for name, position, velocity in zip(names, positions, velocities):
+            index = self.joints.index(name)
+            q[self.q_index[index]], v[self.v_index[index]] = position, velocity
+        time_now = self.sim.time
+        self.sim.reset(q, v)
+        self.sim.time = time_now  # time goes on: /clock never runs backwards
+        response.success, response.message = True, f"state set for {names}"
+        return response
+
     def _on_pause(self, request, response):
-        self._last_warning: dict[str, float] = {}
         self.paused = bool(request.data)
         response.success = True
         response.message = "paused" if self.paused else "running"

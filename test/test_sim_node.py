@@ -92,3 +92,23 @@ def test_bad_commands_are_ignored_and_reported(simulator):
     assert node.proc.poll() is None
     log = node.output()
     assert "got 2 values, expected 6" in log and "NaN or inf" in log
+
+
+def test_set_state_puts_the_arm_in_a_given_state_and_refuses_bad_ones(simulator):
+    from rb_dynamics_interfaces.srv import SetState
+
+    node, peer, states, _ = simulator
+    assert peer.wait_for(lambda: len(states) > 5, 15), node.output()
+    set_state = peer.node.create_client(SetState, "rb_simulator/set_state")
+    answer = peer.call(set_state, SetState.Request(joint_names=["elbow_joint"], positions=[0.5]))
+    assert answer.success, answer.message
+    count = len(states)
+    peer.wait_for(lambda: len(states) > count + 5, 5)
+    position = dict(zip(states[-1].name, states[-1].position))
+    assert position["elbow_joint"] == 0.5 and position["shoulder_lift_joint"] == Q0[1]
+    for bad in (SetState.Request(joint_names=["nope"], positions=[0.0]),
+                SetState.Request(joint_names=["elbow_joint"], positions=[float("nan")]),
+                SetState.Request(joint_names=["elbow_joint"], positions=[0.0, 1.0])):
+        answer = peer.call(set_state, bad)
+        assert not answer.success and ("joint_names" in answer.message
+                                       or "positions" in answer.message)
