@@ -106,6 +106,7 @@ class Statistics:
     """What the diagnostics report, reset every period."""
 
     states: int = 0
+    skipped: int = 0  # older states superseded by a newer one before they were handled
     commands: int = 0
     compute_total: float = 0.0
     compute_max: float = 0.0
@@ -278,16 +279,18 @@ class DynamicsNode(Node):
         return self.get_clock().now().nanoseconds * 1e-9
 
     def _on_joint_state(self, msg: JointState) -> None:
-        self._control(msg)
-        # Answer what arrived meanwhile without going back through the executor: one rclpy
-        # spin costs ~0.5 ms, a direct take a few µs, and every state deserves its command.
-        for _ in range(100):
+        # Answer the newest state only: take what queued up behind this one directly (one
+        # rclpy spin costs ~0.5 ms, a take a few µs); a command for an older state is stale
+        # before it is sent, and answering a backlog would keep the loop a backlog behind.
+        for _ in range(1000):
             with self.state_sub.handle:
                 taken = self.state_sub.handle.take_message(self.state_sub.msg_type,
                                                            self.state_sub.raw)
             if taken is None:
                 break
-            self._control(taken[0])
+            msg = taken[0]
+            self.stats.skipped += 1
+        self._control(msg)
 
     def _control(self, msg: JointState) -> None:
         controller = self.controller
@@ -366,6 +369,7 @@ class DynamicsNode(Node):
             values.update({
                 "model": c.model.name, "mode": self.get_parameter("mode").value,
                 "joint states per s": str(stats.states), "commands per s": str(stats.commands),
+                "stale states skipped per s": str(stats.skipped),
                 "state age (s)": f"{age:.4f}" if math.isfinite(age) else "never",
                 "compute mean (ms)": f"{1e3 * stats.compute_total / max(stats.commands, 1):.4f}",
                 "compute max (ms)": f"{1e3 * stats.compute_max:.4f}",

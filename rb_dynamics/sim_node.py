@@ -80,7 +80,8 @@ class SimulatorNode(Node):
         self.state_pub = self.create_publisher(JointState, "joint_states", 100)  # 0.1 s of 1 kHz
         self.clock_pub = (self.create_publisher(Clock, "/clock", 10)
                           if self.get_parameter("publish_clock").value else None)
-        self.create_subscription(Float64MultiArray, "~/commands", self._on_commands, 100)
+        self.command_sub = self.create_subscription(Float64MultiArray, "~/commands",
+                                                    self._on_commands, 100)
         self.create_subscription(JointState, "~/joint_commands", self._on_joint_commands, 10)
         self.create_service(Trigger, "~/reset", self._on_reset)
         self.create_service(SetBool, "~/pause", self._on_pause)
@@ -179,6 +180,16 @@ class SimulatorNode(Node):
             self._publish()
 
     def _on_commands(self, msg: Float64MultiArray) -> None:
+        # A driver applies the newest command: collapse whatever queued up behind this one.
+        # In lock-step this also keeps one step per answer after a burst (say, the answers to
+        # states published while paused), instead of stepping on a backlog of stale commands.
+        while True:
+            with self.command_sub.handle:
+                taken = self.command_sub.handle.take_message(self.command_sub.msg_type,
+                                                             self.command_sub.raw)
+            if taken is None:
+                break
+            msg = taken[0]
         data = np.asarray(msg.data, dtype=float)
         if data.shape != (len(self.joints),):
             self._warn(f"~/commands: got {data.size} values, expected {len(self.joints)} "

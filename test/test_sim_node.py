@@ -85,7 +85,9 @@ def test_reset_and_pause_services(simulator):
 def test_bad_commands_are_ignored_and_reported(simulator):
     node, peer, states, commands = simulator
     assert peer.wait_for(lambda: len(states) > 5, 15), node.output()
+    # one at a time: of commands queued together, the simulator applies only the newest
     commands.publish(Float64MultiArray(data=[1.0, 2.0]))
+    peer.wait_for(lambda: False, 0.3)
     commands.publish(Float64MultiArray(data=[float("nan")] * 6))
     peer.wait_for(lambda: False, 0.5)
     assert all(np.all(np.isfinite(s.position)) for s in states)
