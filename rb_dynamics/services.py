@@ -3,218 +3,400 @@
 ``~/inverse_dynamics``, ``~/forward_dynamics``, ``~/dynamics_terms`` (M, C q̇, g) and
 ``~/simulate`` (a roll-out under constant, time-series, gravity-compensation or computed-torque
 efforts). Bad input answers success=false with a message naming the field.
+
+Arrays are keyed by ``joint_names``: every independent joint of the model once, in any order.
+A joint with several coordinates takes that many consecutive entries where it is named: a
+free-flyer root 7 positions [x, y, z, qx, qy, qz, qw] and 6 velocities [v; ω] (base frame), a
+planar joint 3 and 3; every other joint one. A free-flyer quaternion is normalised (zero: an
+error). Answers use the request's joint order with the same blocks.
+
+``~/simulate`` runs as a coroutine in its own callback group and hands the executor back every
+few milliseconds, so a node on a single-threaded executor keeps serving its other callbacks
+(the 1 kHz control loop, the cheap services) during a long roll-out.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import time
+import types
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.node import Node
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from rb_dynamics_interfaces.srv import DynamicsTerms, ForwardDynamics, InverseDynamics, Simulate
 
 from . import dynamics
-from .control import ControllerError, JointController, TrajectoryPoint
-from .conversions import named_state, wrenches_by_link
+from .control import ControllerError, JointController, TrajectoryPoint, position_error
+from .conversions import ConversionError, wrenches_by_link
 from .model import Model
-from .simulation import INTEGRATORS, step
+from .simulation import INTEGRATORS, joint_losses, step
 
-MAX_STEPS = 200_000
-MAX_POINTS = 20_000
+__all__ = ["MAX_POINTS", "MAX_STEPS", "TORQUE_MODES", "DynamicsServices", "JointLayout"]
+
+MAX_STEPS = 200_000  # integration steps per ~/simulate request
+MAX_POINTS = 20_000  # trajectory points per ~/simulate answer
+DEFAULT_TIME_STEP = 1e-3
+DEFAULT_KP, DEFAULT_KD = 100.0, 20.0
 TORQUE_MODES = ("constant", "series", "gravity_compensation", "computed_torque")
+YIELD_EVERY_S = 0.005  # a roll-out hands the executor back this often
 
 
-def _seconds(duration) -> float:
+def _seconds(duration: Any) -> float:
     return duration.sec + duration.nanosec * 1e-9
 
 
+@types.coroutine
+def _pause():
+    """Suspend the calling coroutine once; the executor resumes it on its next pass."""
+    yield
+
+
+class JointLayout:
+    """Where the coordinates of the request's joints sit in the model's q and v.
+
+    ``q_index[k]`` is the model q entry of the request's k-th position value, ``v_index[k]``
+    the model v entry of its k-th velocity (also effort, acceleration) value.
+    """
+
+    def __init__(self, model: Model, names: Sequence[str], field: str = "joint_names"):
+        names = list(names)
+        index = {name: k for k, name in enumerate(model.joint_names)}
+        unknown = [n for n in names if n not in index]
+        if unknown:
+            hint = " (mimic joints follow their leader)" if set(unknown) & set(
+                model.mimic_joints) else ""
+            raise ConversionError(f"{field}: unknown joints {unknown}{hint}; the model's joints "
+                                  f"are {model.joint_names}")
+        repeated = [n for k, n in enumerate(names) if n in names[:k]]
+        if repeated:
+            raise ConversionError(f"{field}: joint {repeated[0]!r} appears twice")
+        missing = [n for n in model.joint_names if n not in set(names)]
+        if missing:
+            raise ConversionError(f"{field}: missing joints {missing}")
+        q_ends = [*model.joint_q_index[1:], model.nq]
+        v_ends = [*model.joint_v_index[1:], model.nv]
+        q_index: list[int] = []
+        v_index: list[int] = []
+        self.quaternions: list[tuple[str, int]] = []  # (joint, q index of qx)
+        for name in names:
+            j = index[name]
+            if model.joint_kinds[j] == "free":
+                self.quaternions.append((name, model.joint_q_index[j] + 3))
+            q_index.extend(range(model.joint_q_index[j], q_ends[j]))
+            v_index.extend(range(model.joint_v_index[j], v_ends[j]))
+        self.model, self.names, self.field = model, names, field
+        self.q_index = np.array(q_index, dtype=int)
+        self.v_index = np.array(v_index, dtype=int)
+        self.multi = len(q_index) != len(names) or len(v_index) != len(names)
+
+    def _values(self, values: Sequence[float], field: str, size: int) -> np.ndarray:
+        if len(values) != size:
+            blocks = " (a free-flyer takes 7 positions and 6 velocities, a planar joint 3)" \
+                if self.multi else ""
+            raise ConversionError(f"{field} has {len(values)} values; {self.field} "
+                                  f"{self.names} needs {size}{blocks}")
+        try:
+            arr = np.asarray(values, dtype=float).reshape(-1)
+        except (TypeError, ValueError):
+            raise ConversionError(f"{field}: not an array of numbers") from None
+        if not np.all(np.isfinite(arr)):
+            bad = int(np.flatnonzero(~np.isfinite(arr))[0])
+            raise ConversionError(f"{field}[{bad}] is {arr[bad]} (NaN or inf)")
+        return arr
+
+    def positions(self, values: Sequence[float], field: str = "positions") -> np.ndarray:
+        """The model's q; free-flyer quaternions normalised (zero norm: an error)."""
+        q = self.model.neutral_configuration()
+        q[self.q_index] = self._values(values, field, len(self.q_index))
+        for name, qi in self.quaternions:
+            norm = float(np.linalg.norm(q[qi:qi + 4]))
+            if norm < 1e-9:
+                raise ConversionError(f"{field}: the quaternion of joint {name!r} has zero norm")
+            q[qi:qi + 4] /= norm
+        return q
+
+    def velocities(self, values: Sequence[float], field: str) -> np.ndarray:
+        """The model's v (or a, τ) from one value per velocity coordinate; empty: zeros."""
+        v = np.zeros(self.model.nv)
+        if len(values):
+            v[self.v_index] = self._values(values, field, len(self.v_index))
+        return v
+
+    def out(self, x: np.ndarray) -> list[float]:
+        """A model-ordered v-sized vector in the request's order."""
+        return x[self.v_index].tolist()
+
+
 class DynamicsServices:
-    def __init__(self, node: Node, get_model: Callable[[], Model | None],
-                 get_backend: Callable[[], Any] | None = None):
+    """``~/forward_dynamics``, ``~/inverse_dynamics``, ``~/dynamics_terms`` and ``~/simulate``.
+
+    ``get_model`` returns the model to use now (None: not loaded yet, every call answers
+    success=false); ``get_backend`` the node's generated kernels for that model, when it has
+    them. Without matching kernels, roll-outs compile their own (once per model).
+    """
+
+    def __init__(self, node: Node, get_model: Callable[[], Model],
+                 get_backend: Callable[[], object] | None = None) -> None:
         self.node, self.get_model = node, get_model
         self.get_backend = get_backend or (lambda: None)
+        self._compiled: tuple[Model, Any] | None = None
         node.create_service(InverseDynamics, "~/inverse_dynamics", self._inverse)
         node.create_service(ForwardDynamics, "~/forward_dynamics", self._forward)
         node.create_service(DynamicsTerms, "~/dynamics_terms", self._terms)
-        node.create_service(Simulate, "~/simulate", self._simulate)
+        # its own group: while a roll-out is suspended, the default group's callbacks run
+        self._simulate_group = MutuallyExclusiveCallbackGroup()
+        node.create_service(Simulate, "~/simulate", self._simulate,
+                            callback_group=self._simulate_group)
+        # triggered before a roll-out pauses, so the executor's wait returns at once (a group
+        # that can always run: a busy group's entities are left out of the wait set)
+        self._wake = node.create_guard_condition(lambda: None,
+                                                 callback_group=ReentrantCallbackGroup())
 
     # ------------------------------------------------------------------ plumbing
 
-    def _answer(self, name: str, response: Any, compute: Callable[[Model], None]) -> Any:
-        try:
-            model = self.get_model()
-            if model is None:
-                raise ValueError("no robot description loaded yet")
-            compute(model)
-            response.success, response.message = True, ""
-        except (ValueError, KeyError, ControllerError) as exc:
+    def _model(self) -> Model:
+        model = self.get_model()
+        if model is None:
+            raise ValueError("no robot description loaded yet")
+        return model
+
+    def _fail(self, name: str, response: Any, exc: BaseException) -> Any:
+        if isinstance(exc, (ValueError, KeyError, ControllerError)):
             response.success, response.message = False, str(exc).strip("'\"")
-        except Exception as exc:  # noqa: BLE001 - a service answers, it never kills the node
+        else:  # a service answers, it never kills the node
             self.node.get_logger().error(f"{name}: internal error: {exc!r}")
             response.success, response.message = False, f"internal error: {exc!r}"
         return response
 
-    @staticmethod
-    def _order(model: Model, names: list[str]) -> np.ndarray:
-        return np.array([model.joint_v_index[model.joint_index(n)] for n in names], dtype=int)
+    def _answer(self, name: str, response: Any, compute: Callable[[Model], None]) -> Any:
+        try:
+            compute(self._model())
+            response.success, response.message = True, ""
+        except Exception as exc:  # noqa: BLE001 - see _fail
+            return self._fail(name, response, exc)
+        return response
 
-    def _backend(self, model: Model):
-        """The node's generated kernels for the current model (swapped with it), if any."""
-        return self.get_backend()
+    def backend(self, model: Model) -> Any:
+        """Generated kernels for ``model``: the node's when they are for this model, else ours."""
+        backend = self.get_backend()
+        if backend is not None and getattr(backend, "model", None) is model:
+            return backend
+        if self._compiled is None or self._compiled[0] is not model:
+            from .codegen import compile_dynamics
+
+            self._compiled = (model, compile_dynamics(model))
+        return self._compiled[1]
 
     # ------------------------------------------------------------------ services
 
     def _inverse(self, request: Any, response: Any) -> Any:
         def compute(model: Model) -> None:
-            q, v, a = named_state(model.joint_names, request,
-                                  ("positions", "velocities", "accelerations"))
-            order = self._order(model, list(request.joint_names))
-            response.joint_names = list(request.joint_names)
-            response.efforts = dynamics.rnea(model, q, v, a)[order].tolist()
-            response.gravity = dynamics.gravity(model, q)[order].tolist()
+            layout = JointLayout(model, request.joint_names)
+            q = layout.positions(request.positions)
+            v = layout.velocities(request.velocities, "velocities")
+            a = layout.velocities(request.accelerations, "accelerations")
+            response.joint_names = layout.names
+            response.efforts = layout.out(dynamics.rnea(model, q, v, a))
+            response.gravity = layout.out(dynamics.gravity(model, q))
 
         return self._answer("inverse_dynamics", response, compute)
 
     def _forward(self, request: Any, response: Any) -> Any:
         def compute(model: Model) -> None:
-            q, v, tau = named_state(model.joint_names, request,
-                                    ("positions", "velocities", "efforts"))
+            layout = JointLayout(model, request.joint_names)
+            q = layout.positions(request.positions)
+            v = layout.velocities(request.velocities, "velocities")
+            tau = layout.velocities(request.efforts, "efforts")
             f_ext = wrenches_by_link(list(request.wrench_links), list(request.wrenches),
                                      known_links=list(model.frames))
-            order = self._order(model, list(request.joint_names))
-            response.joint_names = list(request.joint_names)
-            response.accelerations = dynamics.aba(model, q, v, tau, f_ext or None)[order].tolist()
+            response.joint_names = layout.names
+            response.accelerations = layout.out(dynamics.aba(model, q, v, tau, f_ext or None))
 
         return self._answer("forward_dynamics", response, compute)
 
     def _terms(self, request: Any, response: Any) -> Any:
         def compute(model: Model) -> None:
-            q, v = named_state(model.joint_names, request, ("positions", "velocities"))
-            order = self._order(model, list(request.joint_names))
+            layout = JointLayout(model, request.joint_names)
+            q = layout.positions(request.positions)
+            v = layout.velocities(request.velocities, "velocities")
             g = dynamics.gravity(model, q)
-            response.joint_names = list(request.joint_names)
-            response.mass_matrix = dynamics.crba(model, q)[np.ix_(order, order)].ravel().tolist()
-            response.coriolis = (dynamics.nonlinear_effects(model, q, v) - g)[order].tolist()
-            response.gravity = g[order].tolist()
+            M = dynamics.crba(model, q)
+            response.joint_names = layout.names
+            response.mass_matrix = M[np.ix_(layout.v_index, layout.v_index)].ravel().tolist()
+            response.coriolis = layout.out(dynamics.nonlinear_effects(model, q, v) - g)
+            response.gravity = layout.out(g)
 
         return self._answer("dynamics_terms", response, compute)
 
-    def _simulate(self, request: Any, response: Any) -> Any:
-        return self._answer("simulate", response, lambda model: self._roll_out(model, request,
-                                                                                response))
+    async def _simulate(self, request: Any, response: Any) -> Any:
+        try:
+            model = self._model()
+            await self._roll_out(model, request, response)
+            response.success, response.message = True, ""
+        except Exception as exc:  # noqa: BLE001 - see _fail
+            response.trajectory = JointTrajectory()
+            response.steps, response.energy_drift = 0, 0.0
+            return self._fail("simulate", response, exc)
+        return response
 
-    def _roll_out(self, model: Model, request: Any, response: Any) -> None:
-        names = list(request.joint_names)
-        q, v = named_state(model.joint_names, request, ("positions", "velocities"))
-        order = self._order(model, names)
-        dt = request.time_step or 1e-3
+    # ------------------------------------------------------------------ roll-outs
+
+    @staticmethod
+    def _steps(request: Any) -> tuple[float, int, int]:
+        dt = float(request.time_step) or DEFAULT_TIME_STEP
         if not (math.isfinite(dt) and dt > 0):
-            raise ValueError(f"time_step must be positive, got {request.time_step}")
-        if not (math.isfinite(request.duration) and request.duration > 0):
-            raise ValueError(f"duration must be positive, got {request.duration}")
-        steps = round(request.duration / dt)
+            raise ValueError(f"time_step must be positive and finite (0: {DEFAULT_TIME_STEP}), "
+                             f"got {request.time_step}")
+        duration = float(request.duration)
+        if not (math.isfinite(duration) and duration > 0):
+            raise ValueError(f"duration must be positive and finite, got {request.duration}")
+        steps = round(duration / dt)
+        if steps < 1:
+            raise ValueError(f"duration {duration} s is shorter than time_step {dt} s")
         if steps > MAX_STEPS:
-            raise ValueError(f"duration/time_step = {steps} steps; at most {MAX_STEPS}")
+            raise ValueError(f"duration/time_step: {duration} s at {dt} s is {steps} steps; "
+                             f"at most {MAX_STEPS}")
         decimation = max(int(request.output_decimation), 1)
-        if steps // decimation > MAX_POINTS:
-            raise ValueError(f"{steps // decimation} output points; at most {MAX_POINTS}: raise "
-                             "output_decimation")
+        points = -(-steps // decimation) + 1  # every decimation-th step and the final state
+        if points > MAX_POINTS:
+            raise ValueError(f"output_decimation: {steps} steps kept every {decimation} give "
+                             f"{points} output points; at most {MAX_POINTS}")
+        return dt, steps, decimation
+
+    async def _roll_out(self, model: Model, request: Any, response: Any) -> None:
+        layout = JointLayout(model, request.joint_names)
+        q = layout.positions(request.positions)
+        v = layout.velocities(request.velocities, "velocities")
+        dt, steps, decimation = self._steps(request)
         integrator = request.integrator or "semi_implicit_euler"
         if integrator not in INTEGRATORS:
             raise ValueError(f"integrator must be one of {INTEGRATORS}, not {integrator!r}")
-        effort_at = self._torque_source(model, request, names, order)
-        from .codegen import compile_dynamics
-
-        fast = self._backend(model) or compile_dynamics(model)
+        fast = self.backend(model)
+        effort_at = self._torque_source(model, request, layout, q, fast)
+        losses = bool(request.include_losses)
 
         def forward(_model, qs, vs, tau, *_):
             return fast.aba(qs, vs, tau)
 
+        def point(t: float, q, v, a, tau) -> JointTrajectoryPoint:
+            p = JointTrajectoryPoint(positions=q[layout.q_index].tolist(),
+                                     velocities=layout.out(v), accelerations=layout.out(a),
+                                     effort=layout.out(tau))
+            p.time_from_start.sec, p.time_from_start.nanosec = divmod(round(t * 1e9),
+                                                                      1_000_000_000)
+            return p
+
         energy0 = dynamics.kinetic_energy(model, q, v) + dynamics.potential_energy(model, q)
-        trajectory = JointTrajectory(joint_names=names)
-        t = 0.0
+        trajectory = JointTrajectory(joint_names=layout.names)
+        resumed = time.perf_counter()
         for k in range(steps):
+            t = k * dt
             tau = effort_at(t, q, v)
             result = step(model, q, v, tau, dt, integrator, forward_dynamics=forward,
-                          losses=request.include_losses, limits=request.include_losses,
-                          backend=fast if request.include_losses else None)
+                          losses=losses, limits=losses, backend=fast if losses else None)
             if not (np.all(np.isfinite(result.q)) and np.all(np.isfinite(result.v))):
-                raise ValueError(f"the simulation diverged at t = {t:.4f} s (non-finite state)")
+                raise ValueError(f"the simulation diverged at t = {t:.4f} s (non-finite "
+                                 "state): lower time_step or the efforts")
             if k % decimation == 0:
-                point = JointTrajectoryPoint(
-                    positions=q[order].tolist(), velocities=v[order].tolist(),
-                    accelerations=result.a[order].tolist(), effort=tau[order].tolist())
-                point.time_from_start.sec, point.time_from_start.nanosec = divmod(
-                    round(t * 1e9), 1_000_000_000)
-                trajectory.points.append(point)
-            q, v, t = result.q, result.v, (k + 1) * dt
+                trajectory.points.append(point(t, q, v, result.a, tau))
+            q, v = result.q, result.v
+            if time.perf_counter() - resumed > YIELD_EVERY_S:
+                self._wake.trigger()  # wake the executor's wait set, then let it run
+                await _pause()
+                resumed = time.perf_counter()
+        t = steps * dt
+        tau = effort_at(t, q, v)
+        a = fast.aba(q, v, tau + joint_losses(model, v) if losses else tau)
+        trajectory.points.append(point(t, q, v, a, tau))
         energy = dynamics.kinetic_energy(model, q, v) + dynamics.potential_energy(model, q)
         response.trajectory = trajectory
         response.energy_drift = float((energy - energy0) / max(abs(energy0), 1.0))
         response.steps = steps
 
-    def _torque_source(self, model: Model, request: Any, names: list[str],
-                       order: np.ndarray) -> Callable[[float, np.ndarray, np.ndarray], np.ndarray]:
+    def _torque_source(self, model: Model, request: Any, layout: JointLayout, q0: np.ndarray,
+                       fast: Any) -> Callable[[float, np.ndarray, np.ndarray], np.ndarray]:
         mode = request.torque_mode or "constant"
-        n = len(names)
+        n = len(layout.v_index)
         if mode == "constant":
-            efforts = np.zeros(n) if len(request.efforts) == 0 else \
-                np.asarray(request.efforts, dtype=float)
-            if efforts.shape != (n,) or not np.all(np.isfinite(efforts)):
-                raise ValueError(f"efforts: constant mode needs {n} finite values")
-            tau = np.zeros(model.nv)
-            tau[order] = efforts
+            tau = layout.velocities(request.efforts, "efforts")
             return lambda t, q, v: tau
         if mode == "series":
             times = np.asarray(request.effort_times, dtype=float)
             rows = np.asarray(request.efforts, dtype=float)
-            if times.size == 0 or rows.size != times.size * n:
-                raise ValueError(f"efforts: series mode needs len(effort_times) × {n} values")
-            if not (np.all(np.isfinite(times)) and np.all(np.isfinite(rows))):
-                raise ValueError("effort_times/efforts contain NaN or inf")
+            if times.size == 0:
+                raise ValueError("effort_times: series mode needs at least one time")
+            if rows.size != times.size * n:
+                raise ValueError(f"efforts: series mode needs len(effort_times) × {n} = "
+                                 f"{times.size * n} values, got {rows.size}")
+            if not np.all(np.isfinite(times)):
+                raise ValueError("effort_times contain NaN or inf")
+            if not np.all(np.isfinite(rows)):
+                raise ValueError("efforts contain NaN or inf")
             if np.any(np.diff(times) <= 0):
-                raise ValueError("effort_times must increase")
+                raise ValueError("effort_times must increase strictly")
             table = np.zeros((times.size, model.nv))
-            table[:, order] = rows.reshape(times.size, n)
+            table[:, layout.v_index] = rows.reshape(times.size, n)
 
             def series(t, q, v):
-                k = max(int(np.searchsorted(times, t, side="right")) - 1, 0)
+                # the row in force at t; before the first time, the first row
+                k = max(int(np.searchsorted(times, t + 1e-12, side="right")) - 1, 0)
                 return table[k]
 
             return series
         if mode in ("gravity_compensation", "computed_torque"):
-            controller = JointController(
-                model, mode="gravity" if mode == "gravity_compensation" else "computed_torque",
-                kp=list(request.kp) if len(request.kp) > 1 else (request.kp[0] if request.kp
-                                                                  else 100.0),
-                kd=list(request.kd) if len(request.kd) > 1 else (request.kd[0] if request.kd
-                                                                  else 20.0),
-                max_state_age=math.inf, backend=self._backend(model))
-            if mode == "computed_torque":
-                reference = request.reference
-                if not reference.points:
-                    raise ValueError("reference: computed_torque needs at least one point")
-                points = [TrajectoryPoint(
-                    _seconds(p.time_from_start), list(p.positions),
-                    list(p.velocities) if len(p.velocities) else None,
-                    list(p.accelerations) if len(p.accelerations) else None)
-                    for p in reference.points]
-                controller.update_state(model.joint_names, self._state(model, request), [], 0.0)
-                controller.set_trajectory(list(reference.joint_names), points, 0.0)
-
-            def law(t, q, v):
-                controller.update_state(model.joint_names, q, v, t)
-                tau = np.zeros(model.nv)
-                tau[controller.index] = controller.compute(t).effort
-                return tau
-
-            return law
+            return self._control_law(model, request, mode, q0, fast)
         raise ValueError(f"torque_mode must be one of {TORQUE_MODES}, not {mode!r}")
 
     @staticmethod
-    def _state(model: Model, request: Any) -> np.ndarray:
-        return named_state(model.joint_names, request, ("positions",))[0]
+    def _control_law(model: Model, request: Any, mode: str, q0: np.ndarray,
+                     fast: Any) -> Callable[[float, np.ndarray, np.ndarray], np.ndarray]:
+        """The node's JointController law: validated gains and reference, efforts clamped to the
+        URDF effort limits."""
+
+        def gains(values: Sequence[float], default: float) -> float | list[float]:
+            values = list(values)
+            return default if not values else values[0] if len(values) == 1 else values
+
+        controller = JointController(
+            model, mode="gravity" if mode == "gravity_compensation" else "computed_torque",
+            kp=gains(request.kp, DEFAULT_KP), kd=gains(request.kd, DEFAULT_KD),
+            max_state_age=math.inf, backend=fast)
+        controller.update_state(model.joint_names, q0, [], 0.0)
+        if mode == "computed_torque":
+            reference = request.reference
+            if not reference.points:
+                raise ValueError("reference: computed_torque needs at least one point")
+            points = [TrajectoryPoint(
+                _seconds(p.time_from_start), list(p.positions),
+                list(p.velocities) if len(p.velocities) else None,
+                list(p.accelerations) if len(p.accelerations) else None)
+                for p in reference.points]
+            try:
+                controller.set_trajectory(list(reference.joint_names), points, 0.0)
+            except ControllerError as exc:
+                raise ValueError(f"reference: {exc}") from None
+        # The controller's law without its per-state bookkeeping (name mapping, staleness):
+        # the same efforts, a fifth of the roll-out's time less.
+        limit = model.effort_limit[controller.index] * controller.effort_scale
+        index, kp, kd = controller.index, controller.kp, controller.kd
+        continuous = controller.continuous if controller.has_continuous else None
+        sampler = controller.trajectory
+
+        def law(t, q, v):
+            if sampler is None:
+                raw = fast.gravity(q)
+            else:
+                q_d, v_d, a_d = sampler.sample(t)[:3]
+                error = q_d - q if continuous is None else position_error(model, q_d, q,
+                                                                          continuous)
+                raw = fast.rnea(q, v, a_d + kd * (v_d - v) + kp * error)
+            tau = np.zeros(model.nv)
+            tau[index] = np.clip(raw[index], -limit, limit)
+            return tau
+
+        return law
