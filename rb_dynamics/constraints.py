@@ -19,9 +19,11 @@ constraint in ~0.5 s without stiffening the integration at millisecond steps). V
 
 from __future__ import annotations
 
+import copy
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import scipy.linalg
@@ -30,17 +32,21 @@ from . import dynamics
 from .model import Model
 
 __all__ = [
+    "CONSTRAINT_TYPES",
     "Baumgarte",
     "ConstrainedAcceleration",
     "Constraint",
     "ConstraintRows",
+    "ConstraintSet",
     "FixedPoint",
     "FrameWeld",
     "JointCoupling",
     "LoopClosurePoint",
     "UserConstraint",
     "constrained_forward_dynamics",
+    "constraint_from_spec",
     "rosenberg",
+    "solve_constrained",
     "udwadia_kalaba",
 ]
 
@@ -61,16 +67,27 @@ class ConstraintRows:
 
 
 class Constraint:
-    """A constraint supplies its rows A q̈ = b at a state."""
+    """A constraint supplies its rows A q̈ = b at a state.
+
+    ``holonomic``: the rows are the second-order form of φ(q, t) = 0 and ``violation`` is φ,
+    so a simulation can also project the state back onto φ = 0 and A q̇ = 0.
+    """
+
+    holonomic = False
 
     def rows(self, model: Model, q: np.ndarray, v: np.ndarray, t: float,
              gains: Baumgarte) -> ConstraintRows:
         raise NotImplementedError
 
 
-def _world_point(model: Model, q, link: str, point) -> np.ndarray:
-    T = dynamics.link_pose(model, q, link)
-    return T[:3, :3] @ np.asarray(point, dtype=float) + T[:3, 3]
+_last_kinematics: list = [None, None]  # [key, Kinematics]: rows of one state share a pass
+
+
+def _kinematics(model: Model, q: np.ndarray, v: np.ndarray) -> dynamics.Kinematics:
+    key = (id(model), np.asarray(q, float).tobytes(), np.asarray(v, float).tobytes())
+    if _last_kinematics[0] != key:
+        _last_kinematics[:] = [key, dynamics.Kinematics(model, q, v)]
+    return _last_kinematics[1]
 
 
 def _holonomic(J: np.ndarray, bias: np.ndarray, phi: np.ndarray, v: np.ndarray,
@@ -84,23 +101,27 @@ def _holonomic(J: np.ndarray, bias: np.ndarray, phi: np.ndarray, v: np.ndarray,
 class FixedPoint(Constraint):
     """A point of a link (link coordinates) held at a world position."""
 
+    holonomic = True
+
     link: str
     point: Sequence[float] = (0.0, 0.0, 0.0)
     target: Sequence[float] | None = None  # default: where the point is when first evaluated
 
     def rows(self, model, q, v, t, gains):
-        position = _world_point(model, q, self.link, self.point)
+        kin = _kinematics(model, q, v)
+        position = kin.point(self.link, self.point)
         if self.target is None:
             self.target = position.copy()
-        J = dynamics.point_jacobian(model, q, self.link, self.point)
-        bias = dynamics.link_acceleration(model, q, v, np.zeros(model.nv), self.link,
-                                          self.point)[:3]
-        return _holonomic(J, bias, position - np.asarray(self.target), v, gains)
+        return _holonomic(kin.jacobian(self.link, self.point)[:3],
+                          kin.bias(self.link, self.point)[:3],
+                          position - np.asarray(self.target), v, gains)
 
 
 @dataclass
 class LoopClosurePoint(Constraint):
     """Two link points kept together: a loop joint that leaves rotation free (spherical)."""
+
+    holonomic = True
 
     link_a: str
     link_b: str
@@ -108,13 +129,11 @@ class LoopClosurePoint(Constraint):
     point_b: Sequence[float] = (0.0, 0.0, 0.0)
 
     def rows(self, model, q, v, t, gains):
-        zero = np.zeros(model.nv)
-        J = (dynamics.point_jacobian(model, q, self.link_a, self.point_a)
-             - dynamics.point_jacobian(model, q, self.link_b, self.point_b))
-        bias = (dynamics.link_acceleration(model, q, v, zero, self.link_a, self.point_a)[:3]
-                - dynamics.link_acceleration(model, q, v, zero, self.link_b, self.point_b)[:3])
-        phi = (_world_point(model, q, self.link_a, self.point_a)
-               - _world_point(model, q, self.link_b, self.point_b))
+        kin = _kinematics(model, q, v)
+        J = kin.jacobian(self.link_a, self.point_a)[:3] - kin.jacobian(self.link_b,
+                                                                       self.point_b)[:3]
+        bias = kin.bias(self.link_a, self.point_a)[:3] - kin.bias(self.link_b, self.point_b)[:3]
+        phi = kin.point(self.link_a, self.point_a) - kin.point(self.link_b, self.point_b)
         return _holonomic(J, bias, phi, v, gains)
 
 
@@ -122,35 +141,39 @@ class LoopClosurePoint(Constraint):
 class FrameWeld(Constraint):
     """Two link frames held together in position and orientation (a 6-D loop joint).
 
-    The relative pose is the one at the first evaluation unless given.
+    Keeps the pose of ``link_b`` in ``link_a``'s frame at ``relative_pose`` (4×4), by default
+    the one at the first evaluation: the origin of b stays on the point t_ab of a, and
+    R_a R_ab R_bᵀ stays the identity.
     """
+
+    holonomic = True
 
     link_a: str
     link_b: str
-    relative_rotation: np.ndarray | None = None  # R_aᵀ R_b to keep
+    relative_pose: np.ndarray | None = None
 
     def rows(self, model, q, v, t, gains):
-        zero = np.zeros(model.nv)
-        Ja = dynamics.link_jacobian(model, q, self.link_a, "local_world_aligned")
-        Jb = dynamics.link_jacobian(model, q, self.link_b, "local_world_aligned")
-        Ta = dynamics.link_pose(model, q, self.link_a)
-        Tb = dynamics.link_pose(model, q, self.link_b)
-        if self.relative_rotation is None:
-            self.relative_rotation = Ta[:3, :3].T @ Tb[:3, :3]
-        # position: origin of b stays at origin of a; orientation: small-angle error vector
-        R_error = Ta[:3, :3] @ self.relative_rotation @ Tb[:3, :3].T
+        kin = _kinematics(model, q, v)
+        Ta, Tb = kin.pose(self.link_a), kin.pose(self.link_b)
+        if self.relative_pose is None:
+            self.relative_pose = np.linalg.inv(Ta) @ Tb
+        t_ab, R_ab = self.relative_pose[:3, 3], self.relative_pose[:3, :3]
+        R_error = Ta[:3, :3] @ R_ab @ Tb[:3, :3].T
+        # small-angle vector of R_error: its rate is ω_a − ω_b
         angle_error = 0.5 * np.array([R_error[2, 1] - R_error[1, 2], R_error[0, 2] - R_error[2, 0],
                                       R_error[1, 0] - R_error[0, 1]])
-        phi = np.concatenate([Ta[:3, 3] - Tb[:3, 3], angle_error])
-        J = np.vstack([Ja[:3] - Jb[:3], Ja[3:] - Jb[3:]])
-        acc_a = dynamics.link_acceleration(model, q, v, zero, self.link_a)
-        acc_b = dynamics.link_acceleration(model, q, v, zero, self.link_b)
-        return _holonomic(J, acc_a - acc_b, phi, v, gains)
+        phi = np.concatenate([kin.point(self.link_a, t_ab) - Tb[:3, 3], angle_error])
+        Ja, Jb = kin.jacobian(self.link_a, t_ab), kin.jacobian(self.link_b)
+        bias_a, bias_b = kin.bias(self.link_a, t_ab), kin.bias(self.link_b)
+        # the angular rows of a point Jacobian and bias are those of the link
+        return _holonomic(Ja - Jb, bias_a - bias_b, phi, v, gains)
 
 
 @dataclass
 class JointCoupling(Constraint):
     """q_follower = ratio · q_leader + offset (a gear or belt between two joints)."""
+
+    holonomic = True
 
     follower: str
     leader: str
@@ -159,8 +182,11 @@ class JointCoupling(Constraint):
 
     def rows(self, model, q, v, t, gains):
         A = np.zeros((1, model.nv))
-        follower = model.joint_index(self.follower)
-        leader = model.joint_index(self.leader)
+        try:
+            follower = model.joint_index(self.follower)
+            leader = model.joint_index(self.leader)
+        except KeyError as exc:
+            raise ValueError(str(exc).strip("'\"")) from None
         A[0, model.joint_v_index[follower]] = 1.0
         A[0, model.joint_v_index[leader]] -= self.ratio
         phi = np.array([q[model.joint_q_index[follower]] - self.ratio
@@ -200,11 +226,11 @@ def udwadia_kalaba(M: np.ndarray, F: np.ndarray, A: np.ndarray,
     M, F, A, b = (np.asarray(x, dtype=float) for x in (M, F, A, b))
     _check(M, F, A, b)
     L = np.linalg.cholesky(M)
-    a = scipy.linalg.cho_solve((L, True), F)
+    a = scipy.linalg.cho_solve((L, True), F, check_finite=False)
     # A M^{-1/2} with the Cholesky factor: A L^{-T}
-    B = scipy.linalg.solve_triangular(L, A.T, lower=True).T
+    B = scipy.linalg.solve_triangular(L, A.T, lower=True, check_finite=False).T
     y = np.linalg.pinv(B) @ (b - A @ a)
-    qdd = a + scipy.linalg.solve_triangular(L.T, y, lower=False)
+    qdd = a + scipy.linalg.solve_triangular(L.T, y, lower=False, check_finite=False)
     return qdd, M @ qdd - F
 
 
@@ -244,7 +270,40 @@ class ConstrainedAcceleration:
     qdd: np.ndarray
     constraint_force: np.ndarray  # generalized force F_c = M q̈ − F
     violation: np.ndarray  # stacked φ / (A q̇ − c) of every constraint
-    residual: float  # ‖A q̈ − b‖, to see whether the constraints could be met
+    residual: float  # ‖A q̈ − b‖: ~0 when the constraints can be met
+
+
+# ‖A q̈ − b‖ above this fraction of ‖b‖ + ‖A‖‖q̈‖ means no q̈ meets the constraints
+CONSISTENCY_TOLERANCE = 1e-6
+
+
+def solve_constrained(model: Model, q: np.ndarray, v: np.ndarray, M: np.ndarray, F: np.ndarray,
+                      constraints: Sequence[Constraint], t: float = 0.0,
+                      method: str = "udwadia_kalaba",
+                      gains: Baumgarte | None = None) -> ConstrainedAcceleration:
+    """q̈ minimising (q̈ − M⁻¹F)ᵀ M (q̈ − M⁻¹F) subject to the constraints' A q̈ = b.
+
+    Raises ValueError when the constraints cannot all be met (inconsistent rows), when a row is
+    not finite, or (Rosenberg) when the rows are dependent.
+    """
+    if method not in SOLVERS:
+        raise ValueError(f"method must be one of {sorted(SOLVERS)}, not {method!r}")
+    if not constraints:
+        return ConstrainedAcceleration(np.linalg.solve(M, F), np.zeros(model.nv), np.zeros(0),
+                                       0.0)
+    rows = [c.rows(model, q, v, t, gains or Baumgarte()) for c in constraints]
+    A = np.vstack([r.A for r in rows])
+    b = np.concatenate([r.b for r in rows])
+    qdd, force = SOLVERS[method](M, F, A, b)
+    residual = float(np.linalg.norm(A @ qdd - b))
+    scale = float(np.linalg.norm(b) + np.linalg.norm(A) * np.linalg.norm(qdd))
+    if not math.isfinite(residual):
+        raise ValueError("constrained dynamics produced a non-finite result")
+    if residual > CONSISTENCY_TOLERANCE * max(scale, 1e-12):
+        raise ValueError(f"the constraints are inconsistent: no acceleration meets them all "
+                         f"(‖A q̈ − b‖ = {residual:.3g} of {scale:.3g})")
+    return ConstrainedAcceleration(qdd, force, np.concatenate([r.violation for r in rows]),
+                                   residual)
 
 
 def constrained_forward_dynamics(
@@ -256,26 +315,128 @@ def constrained_forward_dynamics(
     t: float = 0.0,
     method: str = "udwadia_kalaba",
     gains: Baumgarte | None = None,
+    f_ext: dynamics.Wrenches | None = None,
 ) -> ConstrainedAcceleration:
-    """q̈ of the robot under τ and the constraints, with the constraint forces."""
-    if method not in SOLVERS:
-        raise ValueError(f"method must be one of {sorted(SOLVERS)}, not {method!r}")
-    gains = gains or Baumgarte()
+    """q̈ of the robot under τ (and external wrenches) and the constraints, with their forces."""
     q = dynamics.check_vector(q, model.nq, "q")
     v = dynamics.check_vector(v, model.nv, "v")
     tau = dynamics.check_vector(tau, model.nv, "tau")
     M = dynamics.crba(model, q)
-    F = tau - dynamics.nonlinear_effects(model, q, v)
-    if not constraints:
-        return ConstrainedAcceleration(np.linalg.solve(M, F), np.zeros(model.nv), np.zeros(0),
-                                       0.0)
-    rows = [c.rows(model, q, v, t, gains) for c in constraints]
-    A = np.vstack([r.A for r in rows])
-    b = np.concatenate([r.b for r in rows])
-    qdd, force = SOLVERS[method](M, F, A, b)
-    residual = float(np.linalg.norm(A @ qdd - b))
-    if not math.isfinite(residual):
-        raise ValueError("constrained dynamics produced a non-finite result")
-    return ConstrainedAcceleration(qdd, force, np.concatenate([r.violation for r in rows]),
-                                   residual)
+    F = tau - dynamics.rnea(model, q, v, np.zeros(model.nv), f_ext)
+    return solve_constrained(model, q, v, M, F, constraints, t, method, gains)
 
+
+# ----------------------------------------------------------------------------- configuration
+
+CONSTRAINT_TYPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    # type: (required keys, optional keys)
+    "fixed_point": (("link",), ("point", "target")),
+    "loop_point": (("link_a", "link_b"), ("point_a", "point_b")),
+    "weld": (("link_a", "link_b"), ()),
+    "joint_coupling": (("follower", "leader"), ("ratio", "offset")),
+}
+
+
+def constraint_from_spec(model: Model, name: str, spec: Mapping[str, Any]) -> Constraint:
+    """One built-in constraint from a plain description (what a YAML file declares).
+
+    ``spec`` has ``type`` (fixed_point, loop_point, weld, joint_coupling) and that type's keys:
+    links by name, points as 3 numbers in link coordinates, ``target`` (fixed_point, world;
+    default: where the point is at the first evaluation), ``ratio`` and ``offset``
+    (joint_coupling: q_follower = ratio·q_leader + offset). Errors name ``name`` and the key.
+    """
+    where = f"constraints.{name}"
+    kind = spec.get("type")
+    if kind not in CONSTRAINT_TYPES:
+        raise ValueError(f"{where}.type: {kind!r} is not one of {sorted(CONSTRAINT_TYPES)}")
+    required, optional = CONSTRAINT_TYPES[kind]
+    unknown = sorted(set(spec) - {"type", *required, *optional})
+    if unknown:
+        raise ValueError(f"{where}: {unknown} do not apply to a {kind} constraint "
+                         f"(keys: {[*required, *optional]})")
+    missing = [key for key in required if not spec.get(key)]
+    if missing:
+        raise ValueError(f"{where}.{missing[0]}: required for a {kind} constraint")
+
+    def link(key: str) -> str:
+        if spec[key] not in model.frames:
+            raise ValueError(f"{where}.{key}: unknown link {spec[key]!r}; links are "
+                             f"{sorted(model.frames)}")
+        return spec[key]
+
+    def joint(key: str) -> str:
+        if spec[key] not in model.joint_names:
+            raise ValueError(f"{where}.{key}: unknown joint {spec[key]!r}; joints are "
+                             f"{model.joint_names}")
+        return spec[key]
+
+    def vector(key: str) -> tuple[float, ...]:
+        try:
+            value = np.asarray(spec.get(key, (0.0, 0.0, 0.0)), dtype=float)
+        except (TypeError, ValueError):
+            raise ValueError(f"{where}.{key}: not 3 numbers") from None
+        if value.shape != (3,) or not np.all(np.isfinite(value)):
+            raise ValueError(f"{where}.{key}: needs 3 finite numbers, got {spec[key]!r}")
+        return tuple(value.tolist())
+
+    def number(key: str, default: float) -> float:
+        try:
+            value = float(spec.get(key, default))
+        except (TypeError, ValueError):
+            raise ValueError(f"{where}.{key}: not a number") from None
+        if not math.isfinite(value):
+            raise ValueError(f"{where}.{key}: must be finite")
+        return value
+
+    if kind == "fixed_point":
+        target = vector("target") if spec.get("target") is not None else None
+        return FixedPoint(link("link"), vector("point"), target)
+    if kind == "loop_point":
+        return LoopClosurePoint(link("link_a"), link("link_b"), vector("point_a"),
+                                vector("point_b"))
+    if kind == "weld":
+        return FrameWeld(link("link_a"), link("link_b"))
+    return JointCoupling(joint("follower"), joint("leader"), number("ratio", 1.0),
+                         number("offset", 0.0))
+
+
+@dataclass
+class ConstraintSet:
+    """The constraints a simulation or a service honours, with the solver and its gains.
+
+    ``fresh()`` gives copies as they were built, whose default targets (fixed points, welds)
+    are taken again at their first evaluation: a new roll-out's start.
+    """
+
+    constraints: list[Constraint]
+    method: str = "udwadia_kalaba"
+    gains: Baumgarte = field(default_factory=Baumgarte)
+    names: list[str] = field(default_factory=list)
+    projection: bool = True  # simulations put the state back on the holonomic constraints
+
+    def __post_init__(self) -> None:
+        self._pristine = copy.deepcopy(self.constraints)  # before any target is taken
+
+    @classmethod
+    def from_specs(cls, model: Model, specs: Mapping[str, Mapping[str, Any]],
+                   method: str = "udwadia_kalaba", gains: Baumgarte | None = None,
+                   projection: bool = True) -> ConstraintSet:
+        if method not in SOLVERS:
+            raise ValueError(f"constraints.solver: {method!r} is not one of {sorted(SOLVERS)}")
+        gains = gains or Baumgarte()
+        if not all(math.isfinite(g) and g >= 0 for g in (gains.alpha, gains.beta)):
+            raise ValueError("constraints.baumgarte_alpha/beta: must be finite and ≥ 0")
+        built = [constraint_from_spec(model, name, spec) for name, spec in specs.items()]
+        return cls(built, method, gains, list(specs), projection)
+
+    def __bool__(self) -> bool:
+        return bool(self.constraints)
+
+    def fresh(self) -> ConstraintSet:
+        return ConstraintSet(copy.deepcopy(self._pristine), self.method, self.gains,
+                             list(self.names), self.projection)
+
+    def solve(self, model: Model, q: np.ndarray, v: np.ndarray, M: np.ndarray, F: np.ndarray,
+              t: float = 0.0) -> ConstrainedAcceleration:
+        return solve_constrained(model, q, v, M, F, self.constraints, t, self.method,
+                                 self.gains)

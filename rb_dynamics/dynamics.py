@@ -24,10 +24,12 @@ from .spatial import (
     force_apply_transpose,
     motion_apply,
     plux_inverse,
+    skew,
     transform_parts,
 )
 
 __all__ = [
+    "Kinematics",
     "aba",
     "body_transforms",
     "center_of_mass",
@@ -469,3 +471,84 @@ def point_jacobian(model: Model, q, link: str, point=None) -> np.ndarray:
     R = link_pose(model, q, link)[:3, :3]
     offset = R @ np.asarray(point, dtype=float)
     return J[:3] - np.cross(offset, J[3:].T).T
+
+
+class Kinematics:
+    """One forward pass at (q, v) from which any link's pose, point Jacobian and bias
+    acceleration J̇ v follow without another pass (constraint rows need several of each).
+
+    The functions above (``link_pose``, ``point_jacobian``, ``link_acceleration`` with a = 0)
+    are the readable references; tests hold this to them.
+    """
+
+    def __init__(self, model: Model, q, v) -> None:
+        q = check_vector(q, model.nq, "q")
+        v = check_vector(v, model.nv, "v")
+        if q.ndim != 1:
+            raise ValueError("Kinematics takes a single state")
+        Xup = _forward_kinematics(model, q)
+        self.model = model
+        self.X0: list[np.ndarray] = []
+        self.vel: list[np.ndarray] = []  # spatial velocities, body coordinates
+        self.acc: list[np.ndarray] = []  # velocity-product accelerations (q̈ = 0)
+        for i in range(model.n_bodies):
+            vJ = _joint_v(model, v, i) @ model.S[i].T
+            p = model.parent[i]
+            if p < 0:
+                self.X0.append(Xup[i])
+                self.vel.append(vJ)
+                self.acc.append(np.zeros(6))
+            else:
+                self.X0.append(Xup[i] @ self.X0[p])
+                self.vel.append(motion_apply(Xup[i], self.vel[p]) + vJ)
+                self.acc.append(motion_apply(Xup[i], self.acc[p]) + crm(self.vel[i]) @ vJ)
+        self._links: dict[str, tuple] = {}
+
+    def _link(self, link: str) -> tuple:
+        """(X_link, R world-from-link, origin, 6×nv Jacobian [linear; angular] world axes)."""
+        if link not in self._links:
+            X_link, body = _link_transform(self.model, self.X0, link)
+            E, r = transform_parts(X_link)
+            J = np.zeros((6, self.model.nv))
+            b = body
+            while b >= 0:
+                dofs, scale = _dof(self.model, b)
+                J[:, dofs] += scale * (X_link @ plux_inverse(self.X0[b]) @ self.model.S[b])
+                b = self.model.parent[b]
+            R = E.T
+            J_world_axes = np.vstack([R @ J[3:], R @ J[:3]])
+            self._links[link] = (X_link, body, R, r, J_world_axes)
+        return self._links[link]
+
+    def pose(self, link: str) -> np.ndarray:
+        _, _, R, r, _ = self._link(link)
+        T = np.eye(4)
+        T[:3, :3], T[:3, 3] = R, r
+        return T
+
+    def point(self, link: str, point=None) -> np.ndarray:
+        """World position of a point of ``link`` (link coordinates)."""
+        _, _, R, r, _ = self._link(link)
+        return r if point is None else r + R @ np.asarray(point, dtype=float)
+
+    def jacobian(self, link: str, point=None) -> np.ndarray:
+        """6×nv: [world velocity of the point; angular velocity], world axes."""
+        _, _, R, _, J = self._link(link)
+        if point is None:
+            return J
+        offset = R @ np.asarray(point, dtype=float)
+        return np.vstack([J[:3] - skew(offset) @ J[3:], J[3:]])
+
+    def bias(self, link: str, point=None) -> np.ndarray:
+        """Classical acceleration [linear; angular] of the point at q̈ = 0, world axes."""
+        X_link, body, R, _, _ = self._link(link)
+        if body < 0:
+            return np.zeros(6)
+        frame = self.model.frames[link].X_from_body
+        v_link, a_link = frame @ self.vel[body], frame @ self.acc[body]
+        omega, v_origin = v_link[:3], v_link[3:]
+        alpha, a_origin = a_link[:3], a_link[3:]
+        r = np.zeros(3) if point is None else np.asarray(point, dtype=float)
+        w = skew(omega)
+        linear = a_origin + skew(alpha) @ r + w @ (v_origin + w @ r)
+        return np.concatenate([R @ linear, R @ alpha])

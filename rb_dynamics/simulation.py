@@ -9,8 +9,10 @@ that updates once per step):
 - ``rk4``: classical Runge–Kutta 4 with the stage configurations q ⊕ k·dt.
 
 Joint damping and Coulomb friction (URDF ``<dynamics>``, Coulomb smoothed by tanh(q̇/ε)) act
-as resisting torques. Position limits act as inelastic stops: a joint that would pass a limit
-is put on it and its velocity into the limit is zeroed.
+as resisting torques. A ``ConstraintSet`` (loop closures, fixed points, welds, couplings)
+replaces the free acceleration by the constrained one at every stage. Position limits act as
+inelastic stops: a joint that would pass a limit is put on it and its velocity into the limit
+is zeroed (with constraints, a stop can open a loop: keep loops away from the limits).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import dynamics
+from .constraints import ConstraintSet
 from .model import Model
 from .spatial import quat_to_matrix, skew
 
@@ -33,6 +36,7 @@ __all__ = [
     "integrate",
     "joint_losses",
     "normalize_configuration",
+    "project_onto_constraints",
     "step",
 ]
 
@@ -128,7 +132,15 @@ def apply_position_limits(model: Model, q: np.ndarray, v: np.ndarray) -> tuple[n
     return q, v, hit
 
 
-def _accel_implicit_losses(model: Model, q, v, tau, dt: float, backend) -> np.ndarray:
+def _mass_and_bias(model: Model, q, v, backend) -> tuple[np.ndarray, np.ndarray]:
+    if backend is not None:
+        return backend.crba(q), backend.nonlinear_effects(q, v)
+    return dynamics.crba(model, q), dynamics.nonlinear_effects(model, q, v)
+
+
+def _accel_implicit_losses(model: Model, q, v, tau, dt: float, backend,
+                           constraints: ConstraintSet | None = None,
+                           t: float = 0.0) -> np.ndarray:
     """Acceleration over a step with the joint losses taken at the end of the step, linearised:
     (M + dt·C) a = τ + losses(v) − h, C = ∂(−losses)/∂q̇ = damping + friction/ε·sech²(q̇/ε).
 
@@ -137,9 +149,42 @@ def _accel_implicit_losses(model: Model, q, v, tau, dt: float, backend) -> np.nd
     """
     slope = model.damping + model.friction / COULOMB_SMOOTHING / np.cosh(
         np.clip(v / COULOMB_SMOOTHING, -300, 300)) ** 2
-    lhs = backend.crba(q) + dt * np.diag(slope)
-    rhs = tau + joint_losses(model, v) - backend.nonlinear_effects(q, v)
+    M, h = _mass_and_bias(model, q, v, backend)
+    lhs = M + dt * np.diag(slope)
+    rhs = tau + joint_losses(model, v) - h
+    if constraints:
+        # the same Gauss principle in the metric of the step's effective inertia
+        return constraints.solve(model, q, v, lhs, rhs, t).qdd
     return np.linalg.solve(lhs, rhs)
+
+
+def project_onto_constraints(model: Model, q: np.ndarray, v: np.ndarray,
+                             constraints: ConstraintSet, t: float = 0.0, backend=None,
+                             tolerance: float = 1e-12, max_iterations: int = 1,
+                             ) -> tuple[np.ndarray, np.ndarray]:
+    """The state put back on the holonomic constraints after a step.
+
+    Positions: Gauss–Newton steps q ← q ⊖ A⁺φ (one by default: a step leaves O(dt²) of drift,
+    one Newton step O(dt⁴)) until max|φ| ≤ ``tolerance``. Velocities: the
+    M-orthogonal projection v ← v − M⁻¹Aᵀ(A M⁻¹Aᵀ)⁺ A v onto A v = 0, which removes only the
+    motion the constraints forbid and never adds kinetic energy. An explicit integrator's
+    O(dt²) drift per step then never accumulates (Baumgarte alone leaves ~1e-3 m on a
+    four-bar at 1 ms with semi-implicit Euler).
+    """
+    holonomic = [c for c in constraints.constraints if c.holonomic]
+    if not holonomic:
+        return q, v
+    for _ in range(max_iterations):
+        rows = [c.rows(model, q, v, t, constraints.gains) for c in holonomic]
+        A = np.vstack([r.A for r in rows])
+        phi = np.concatenate([r.violation for r in rows])
+        if np.abs(phi).max() <= tolerance:
+            break
+        q = integrate(model, q, -(np.linalg.pinv(A) @ phi))
+    M = backend.crba(q) if backend is not None else dynamics.crba(model, q)
+    Minv_At = np.linalg.solve(M, A.T)
+    v = v - Minv_At @ (np.linalg.pinv(A @ Minv_At) @ (A @ v))
+    return q, v
 
 
 @dataclass
@@ -163,24 +208,32 @@ def step(
     losses: bool = True,
     limits: bool = True,
     backend=None,
+    constraints: ConstraintSet | None = None,
+    t: float = 0.0,
 ) -> SimulationStep:
     """One integration step of length ``dt`` under the constant torque ``tau``.
 
     With a dynamics ``backend`` (``crba`` and ``nonlinear_effects``), semi-implicit Euler
-    treats the joint losses linearly implicitly (see ``_accel_implicit_losses``).
+    treats the joint losses linearly implicitly (see ``_accel_implicit_losses``). With
+    ``constraints``, every acceleration is the constrained one (``forward_dynamics`` and
+    ``f_ext`` are then not used; ``t`` is the time the constraints see).
     """
     if not (dt > 0 and math.isfinite(dt)):
         raise ValueError(f"dt must be positive and finite, got {dt}")
 
     def accel(qs, vs):
         applied = tau + joint_losses(model, vs) if losses else tau
+        if constraints:
+            M, h = _mass_and_bias(model, qs, vs, backend)
+            return constraints.solve(model, qs, vs, M, applied - h, t).qdd
         return forward_dynamics(model, qs, vs, applied, f_ext) if f_ext else \
             forward_dynamics(model, qs, vs, applied)
 
     if method == "semi_implicit_euler":
         stiff = losses and backend is not None and not f_ext and (
             model.damping.any() or model.friction.any())
-        a = _accel_implicit_losses(model, q, v, tau, dt, backend) if stiff else accel(q, v)
+        a = _accel_implicit_losses(model, q, v, tau, dt, backend, constraints, t) if stiff \
+            else accel(q, v)
         v_next = v + a * dt
         q_next = integrate(model, q, v_next, dt)
     elif method == "rk4":
@@ -199,6 +252,9 @@ def step(
     hit = np.zeros(model.nv, dtype=bool)
     if limits:
         q_next, v_next, hit = apply_position_limits(model, q_next, v_next)
+    if constraints and constraints.projection:
+        q_next, v_next = project_onto_constraints(model, q_next, v_next, constraints, t + dt,
+                                                  backend)
     return SimulationStep(q_next, v_next, a, hit)
 
 
@@ -212,7 +268,8 @@ class Simulator:
     def __init__(self, model: Model, dt: float = 1e-3, integrator: str = "semi_implicit_euler",
                  q0: np.ndarray | None = None, v0: np.ndarray | None = None,
                  command_timeout: float = 0.5,
-                 forward_dynamics: ForwardDynamics = dynamics.aba, backend=None):
+                 forward_dynamics: ForwardDynamics = dynamics.aba, backend=None,
+                 constraints: ConstraintSet | None = None):
         if integrator not in INTEGRATORS:
             raise ValueError(f"integrator must be one of {INTEGRATORS}, not {integrator!r}")
         if not (dt > 0 and math.isfinite(dt)):
@@ -221,6 +278,7 @@ class Simulator:
         self.command_timeout = float(command_timeout)
         self.forward_dynamics = forward_dynamics
         self.backend = backend  # crba + nonlinear_effects: implicit joint losses
+        self.constraints = constraints
         self.q0 = model.neutral_configuration() if q0 is None else \
             normalize_configuration(model, dynamics.check_vector(q0, model.nq, "q0"))
         self.v0 = np.zeros(model.nv) if v0 is None else dynamics.check_vector(v0, model.nv, "v0")
@@ -259,7 +317,15 @@ class Simulator:
         for _ in range(steps):
             result = step(self.model, self.q, self.v, self.applied_effort, self.dt,
                           self.integrator, forward_dynamics=self.forward_dynamics,
-                          backend=self.backend)
+                          backend=self.backend, constraints=self.constraints, t=self.time)
             self.q, self.v, self.a, self.limit_hit = result.q, result.v, result.a, result.limit_hit
             self.time += self.dt
         return steps
+
+    def constraint_violation(self) -> float:
+        """Largest |φ| (m, rad) or |A q̇ − c| of the constraints at the current state."""
+        if not self.constraints:
+            return 0.0
+        rows = [c.rows(self.model, self.q, self.v, self.time, self.constraints.gains)
+                for c in self.constraints.constraints]
+        return float(max((np.abs(r.violation).max(initial=0.0) for r in rows), default=0.0))

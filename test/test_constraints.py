@@ -24,6 +24,7 @@ from scipy.integrate import solve_ivp
 from rb_dynamics import dynamics as D
 from rb_dynamics.constraints import (
     Baumgarte,
+    ConstraintSet,
     FixedPoint,
     FrameWeld,
     JointCoupling,
@@ -165,9 +166,16 @@ def test_constraint_forces_do_no_work_and_weld_and_loop_hold(ur5):
     null = np.linalg.svd(rows.A)[2][np.linalg.matrix_rank(rows.A):]
     assert null.shape[0] == 3
     assert np.abs(null @ r.constraint_force).max() < 1e-8 * np.abs(r.constraint_force).max()
-    # a weld of two links of a 6-DoF arm: six rows, every joint pinned relative to them
-    welded = constrained_forward_dynamics(ur5, q, v, np.zeros(6), [weld])
+    # a weld across four joints: six rows of rank four. At a velocity the weld allows, the rows
+    # are consistent; at any other, no acceleration meets them and that is an error
+    A = weld.rows(ur5, q, v, 0.0, Baumgarte()).A
+    assert np.linalg.matrix_rank(A) == 4
+    v_allowed = v - np.linalg.pinv(A) @ (A @ v)
+    welded = constrained_forward_dynamics(ur5, q, v_allowed, np.zeros(6), [weld])
     assert welded.residual < 1e-8
+    assert np.abs(weld.rows(ur5, q, v_allowed, 0.0, Baumgarte()).violation).max() < 1e-12
+    with pytest.raises(ValueError, match="inconsistent"):
+        constrained_forward_dynamics(ur5, q, v, np.zeros(6), [weld])
     user = UserConstraint(lambda model, q, v, t: (np.eye(1, 6), [0.0]))
     assert constrained_forward_dynamics(ur5, q, v, np.zeros(6), [user]).qdd[0] == pytest.approx(
         0.0, abs=1e-12)
@@ -178,3 +186,59 @@ def test_bad_solver_inputs():
         udwadia_kalaba(np.eye(2), np.zeros(2), np.zeros((1, 3)), np.zeros(1))
     with pytest.raises(ValueError, match="NaN or inf"):
         rosenberg(np.eye(2), np.array([np.nan, 0]), np.ones((1, 2)), np.zeros(1))
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ({"type": "hinge"}, r"constraints.c.type: 'hinge' is not one of"),
+    ({"type": "fixed_point"}, r"constraints.c.link: required"),
+    ({"type": "fixed_point", "link": "tool"}, r"constraints.c.link: unknown link 'tool'"),
+    ({"type": "loop_point", "link_a": "wrist_3_link", "link_b": "base_link",
+      "point_a": [0, 1]}, r"constraints.c.point_a: needs 3 finite numbers"),
+    ({"type": "loop_point", "link_a": "wrist_3_link", "link_b": "base_link",
+      "point_b": [0, float("nan"), 0]}, r"constraints.c.point_b: needs 3 finite"),
+    ({"type": "weld", "link_a": "wrist_3_link", "link_b": "base_link", "point": [0, 0, 0]},
+     r"constraints.c: \['point'\] do not apply to a weld"),
+    ({"type": "joint_coupling", "follower": "elbow_joint", "leader": "gripper"},
+     r"constraints.c.leader: unknown joint 'gripper'"),
+    ({"type": "joint_coupling", "follower": "elbow_joint", "leader": "wrist_1_joint",
+      "ratio": float("inf")}, r"constraints.c.ratio: must be finite"),
+])
+def test_declared_constraints_are_checked_against_the_model(ur5, spec, message):
+    with pytest.raises(ValueError, match=message):
+        ConstraintSet.from_specs(ur5, {"c": spec})
+
+
+def test_declared_constraints_build_the_engine_constraints(ur5):
+    built = ConstraintSet.from_specs(ur5, {
+        "tool": {"type": "fixed_point", "link": "wrist_3_link", "point": [0, 0.1, 0]},
+        "gear": {"type": "joint_coupling", "follower": "wrist_2_joint",
+                 "leader": "wrist_1_joint", "ratio": -2.0, "offset": 0.1}},
+        method="rosenberg", gains=Baumgarte(5.0, 6.0))
+    assert built.names == ["tool", "gear"] and built.method == "rosenberg"
+    assert built.constraints == [FixedPoint("wrist_3_link", (0.0, 0.1, 0.0)),
+                                 JointCoupling("wrist_2_joint", "wrist_1_joint", -2.0, 0.1)]
+    with pytest.raises(ValueError, match="constraints.solver"):
+        ConstraintSet.from_specs(ur5, {}, method="lagrange")
+    # fresh() forgets the targets taken at a first evaluation
+    q = np.full(6, 0.3)
+    built.solve(ur5, q, np.zeros(6), D.crba(ur5, q), -D.gravity(ur5, q))
+    assert built.constraints[0].target is not None
+    assert built.fresh().constraints[0].target is None
+
+
+def test_inconsistent_and_non_finite_constraints_are_errors(ur5):
+    q, v = np.full(6, 0.3), np.zeros(6)
+    # the same point held at two different places: no acceleration meets both
+    here = D.link_pose(ur5, q, "wrist_3_link")[:3, 3]
+    clash = [FixedPoint("wrist_3_link", target=here), FixedPoint("wrist_3_link",
+                                                                 target=here + 0.01)]
+    with pytest.raises(ValueError, match="inconsistent"):
+        constrained_forward_dynamics(ur5, q, v, np.zeros(6), clash)
+    with pytest.raises(ValueError, match="NaN or inf"):
+        constrained_forward_dynamics(ur5, q, v, np.zeros(6), [UserConstraint(
+            lambda model, q, v, t: (np.eye(1, 6), [np.nan]))])
+    with pytest.raises(ValueError, match="unknown link 'tool'"):
+        constrained_forward_dynamics(ur5, q, v, np.zeros(6), [FixedPoint("tool")])
+    with pytest.raises(ValueError, match="unknown joint 'gripper'"):
+        constrained_forward_dynamics(ur5, q, v, np.zeros(6), [JointCoupling("gripper",
+                                                                            "elbow_joint")])

@@ -9,10 +9,12 @@ import pinocchio as pin
 import pytest
 from pin_oracle import REAL_ROBOTS, Oracle, random_state, rel_err, robots_dir
 
+from rb_dynamics import dynamics as D
 from rb_dynamics.codegen import compile_dynamics
 from rb_dynamics.constraints import (
     Baumgarte,
     FixedPoint,
+    FrameWeld,
     LoopClosurePoint,
     constrained_forward_dynamics,
 )
@@ -107,3 +109,81 @@ def test_four_bar_stays_closed_for_10_s():
             worst = max(worst, float(np.abs(loop.rows(model, q, v, 0.0, gains).violation).max()))
     assert worst <= 1e-6, worst
     assert np.abs(v).max() > 0.1  # it swings
+
+
+def _anchor(pm, link: str, offset: np.ndarray | None = None):
+    """Pinocchio joint and placement of a point (or pose) given in a link's frame."""
+    frame = pm.frames[pm.getFrameId(link, pin.BODY)]
+    local = pin.SE3.Identity() if offset is None else pin.SE3(offset)
+    return frame.parentJoint, frame.placement * local
+
+
+@pytest.mark.parametrize("case", ["ur5_fixed_point", "ur5_loop", "talos_loop", "talos_weld"])
+def test_point_loop_and_weld_match_pinocchio_constraint_dynamics(case):
+    """``pin.constraintDynamics`` (3-D and 6-D rigid constraints, no Baumgarte) at random
+    states whose velocities the constraint allows (where the frames Pinocchio expresses its
+    constraints in no longer matter)."""
+    robot, kind = case.split("_", 1)
+    xml = Path(robots_dir(), REAL_ROBOTS[robot][0]).read_text()
+    model = load_model(xml, floating_base=REAL_ROBOTS[robot][1])
+    oracle = Oracle(model, xml)
+    pm = oracle.pm
+    a, b = (("wrist_3_link", "forearm_link") if robot == "ur5" else
+            ("gripper_left_base_link", "gripper_right_base_link"))
+    point_a, point_b = np.array([0.0, 0.05, 0.02]), np.array([0.1, 0.0, 0.0])
+    rng = np.random.default_rng(61)
+    worst = 0.0
+    for _ in range(10):
+        q, v, _, tau = random_state(model, rng)
+        if kind == "fixed_point":
+            ours = FixedPoint(a, point_a)
+            T = np.eye(4)
+            T[:3, 3] = point_a
+            ja, Pa = _anchor(pm, a, T)
+            contact = pin.RigidConstraintModel(pin.ContactType.CONTACT_3D, pm, ja, Pa,
+                                               pin.LOCAL)
+        elif kind == "loop":
+            ours = LoopClosurePoint(a, b, point_a, point_b)
+            Ta, Tb = np.eye(4), np.eye(4)
+            Ta[:3, 3], Tb[:3, 3] = point_a, point_b
+            (ja, Pa), (jb, Pb) = _anchor(pm, a, Ta), _anchor(pm, b, Tb)
+            contact = pin.RigidConstraintModel(pin.ContactType.CONTACT_3D, pm, ja, Pa, jb, Pb,
+                                               pin.LOCAL)
+        else:
+            ours = FrameWeld(a, b)  # keeps the relative pose of this state
+            ours.rows(model, q, v, 0.0, EXACT)
+            (ja, Pa), (jb, Pb) = _anchor(pm, a, ours.relative_pose), _anchor(pm, b)
+            contact = pin.RigidConstraintModel(pin.ContactType.CONTACT_6D, pm, ja, Pa, jb, Pb,
+                                               pin.LOCAL)
+        A = ours.rows(model, q, v, 0.0, EXACT).A
+        v = v - np.linalg.pinv(A) @ (A @ v)
+        pd = pm.createData()
+        models, datas = [contact], [contact.createData()]
+        pin.initConstraintDynamics(pm, pd, models, datas)
+        reference = pin.constraintDynamics(pm, pd, oracle.q(q), oracle.v(v), oracle.v(tau),
+                                           models, datas)
+        for method in ("udwadia_kalaba", "rosenberg"):
+            result = constrained_forward_dynamics(model, q, v, tau, [ours], method=method,
+                                                  gains=EXACT)
+            worst = max(worst, rel_err(result.qdd, oracle.from_v(reference)))
+    assert worst <= 1e-8, worst
+
+
+@pytest.mark.parametrize("robot", ["panda", "talos"])
+def test_single_pass_kinematics_equals_the_reference_functions(robot):
+    xml = Path(robots_dir(), REAL_ROBOTS[robot][0]).read_text()
+    model = load_model(xml, floating_base=REAL_ROBOTS[robot][1])
+    rng = np.random.default_rng(62)
+    links = [name for name in model.frames][::max(len(model.frames) // 8, 1)]
+    point = np.array([0.03, -0.02, 0.05])
+    for _ in range(3):
+        q, v, _, _ = random_state(model, rng)
+        kin = D.Kinematics(model, q, v)
+        for link in links:
+            np.testing.assert_allclose(kin.pose(link), D.link_pose(model, q, link), atol=1e-12)
+            np.testing.assert_allclose(kin.jacobian(link)[3:], D.link_jacobian(
+                model, q, link, "local_world_aligned")[3:], atol=1e-12)
+            np.testing.assert_allclose(kin.jacobian(link, point)[:3],
+                                       D.point_jacobian(model, q, link, point), atol=1e-12)
+            np.testing.assert_allclose(kin.bias(link, point), D.link_acceleration(
+                model, q, v, np.zeros(model.nv), link, point), atol=1e-10)
