@@ -15,7 +15,8 @@ Topics
                                                     remap to <effort controller>/commands
     /diagnostics (pub, diagnostic_msgs/DiagnosticArray)  about once a second
 Services (rb_dynamics_interfaces): ~/inverse_dynamics, ~/forward_dynamics, ~/dynamics_terms,
-~/simulate — see rb_dynamics/services.py.
+~/simulate — see rb_dynamics/services.py; the latter two honour the constraints declared as
+``constraints.*`` parameters (rb_dynamics/constraint_params.py).
 Every parameter is listed, with its default, in ``config/rb_dynamics.yaml``.
 """
 
@@ -48,6 +49,8 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, MultiArrayDimension, String
 from trajectory_msgs.msg import JointTrajectory
 
+from .constraint_params import ConstraintParameters
+from .constraints import ConstraintSet
 from .control import CONTROL_MODES, ControllerError, JointController, TrajectoryPoint
 from .model import Model, URDFError, load_model
 from .services import DynamicsServices
@@ -140,7 +143,10 @@ class DynamicsNode(Node):
                              reliability=ReliabilityPolicy.RELIABLE,
                              history=HistoryPolicy.KEEP_LAST)
         self.create_subscription(String, "/robot_description", self._on_description, latched)
-        self.dynamics_services = DynamicsServices(self, lambda: self.model, self._backend)
+        self.constraint_parameters = ConstraintParameters(self)
+        self._constraints: tuple[Model, ConstraintSet | ValueError] | None = None
+        self.dynamics_services = DynamicsServices(self, lambda: self.model, self._backend,
+                                                  self._constraints_for)
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self.create_timer(1.0, self._publish_diagnostics)
 
@@ -160,6 +166,19 @@ class DynamicsNode(Node):
 
     def _backend(self):
         return None if self.controller is None else self.controller.backend
+
+    def _constraints_for(self, model: Model) -> ConstraintSet:
+        """The declared constraints on ``model``, built once per model (ValueError: misfit)."""
+        if self._constraints is None or self._constraints[0] is not model:
+            try:
+                built: ConstraintSet | ValueError = self.constraint_parameters.build(model)
+            except ValueError as exc:
+                built = exc
+            self._constraints = (model, built)
+        built = self._constraints[1]
+        if isinstance(built, ValueError):
+            raise ValueError(f"the declared constraints do not fit {model.name!r}: {built}")
+        return built
 
     def _joint_states_qos(self) -> QoSProfile:
         choice = self.get_parameter("joint_states_qos").value
@@ -195,6 +214,10 @@ class DynamicsNode(Node):
         self.model, self.controller, self.model_source = model, controller, origin
         for warning in model.warnings:
             self.get_logger().warning(warning)
+        try:
+            self._constraints_for(model)
+        except ValueError as exc:  # the control law does not use them; the services say so
+            self.get_logger().error(f"{exc}; ~/forward_dynamics and ~/simulate will refuse")
         self.get_logger().info(
             f"{model.summary().splitlines()[0]} from {origin}; mode "
             f"{self.get_parameter('mode').value}; efforts for {controller.joints} on "

@@ -10,6 +10,10 @@ free-flyer root 7 positions [x, y, z, qx, qy, qz, qw] and 6 velocities [v; ω] (
 planar joint 3 and 3; every other joint one. A free-flyer quaternion is normalised (zero: an
 error). Answers use the request's joint order with the same blocks.
 
+Constraints declared on the node (``constraints.*`` parameters, rb_dynamics/constraint_params.py)
+are honoured by ``~/forward_dynamics`` (which then also answers the constraint forces) and
+``~/simulate``; ``~/inverse_dynamics`` and ``~/dynamics_terms`` describe the free tree.
+
 ``~/simulate`` runs as a coroutine in its own callback group and hands the executor back every
 few milliseconds, so a node on a single-threaded executor keeps serving its other callbacks
 (the 1 kHz control loop, the cheap services) during a long roll-out.
@@ -31,6 +35,7 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 from rb_dynamics_interfaces.srv import DynamicsTerms, ForwardDynamics, InverseDynamics, Simulate
 
 from . import dynamics
+from .constraints import ConstraintSet, constrained_forward_dynamics
 from .control import ControllerError, JointController, TrajectoryPoint, position_error
 from .conversions import ConversionError, wrenches_by_link
 from .model import Model
@@ -138,12 +143,16 @@ class DynamicsServices:
     ``get_model`` returns the model to use now (None: not loaded yet, every call answers
     success=false); ``get_backend`` the node's generated kernels for that model, when it has
     them. Without matching kernels, roll-outs compile their own (once per model).
+    ``get_constraints`` gives the declared constraints for a model (ValueError: they do not
+    fit it; the call then answers success=false with that reason).
     """
 
     def __init__(self, node: Node, get_model: Callable[[], Model],
-                 get_backend: Callable[[], object] | None = None) -> None:
+                 get_backend: Callable[[], object] | None = None,
+                 get_constraints: Callable[[Model], ConstraintSet | None] | None = None) -> None:
         self.node, self.get_model = node, get_model
         self.get_backend = get_backend or (lambda: None)
+        self.get_constraints = get_constraints or (lambda model: None)
         self._compiled: tuple[Model, Any] | None = None
         node.create_service(InverseDynamics, "~/inverse_dynamics", self._inverse)
         node.create_service(ForwardDynamics, "~/forward_dynamics", self._forward)
@@ -215,7 +224,18 @@ class DynamicsServices:
             f_ext = wrenches_by_link(list(request.wrench_links), list(request.wrenches),
                                      known_links=list(model.frames))
             response.joint_names = layout.names
-            response.accelerations = layout.out(dynamics.aba(model, q, v, tau, f_ext or None))
+            constraints = self.get_constraints(model)
+            if not constraints:
+                response.accelerations = layout.out(dynamics.aba(model, q, v, tau,
+                                                                 f_ext or None))
+                return
+            constraints = constraints.fresh()  # default targets: this state
+            result = constrained_forward_dynamics(
+                model, q, v, tau, constraints.constraints, method=constraints.method,
+                gains=constraints.gains, f_ext=f_ext or None)
+            response.accelerations = layout.out(result.qdd)
+            response.constraint_forces = layout.out(result.constraint_force)
+            response.constraint_violation = float(np.abs(result.violation).max(initial=0.0))
 
         return self._answer("forward_dynamics", response, compute)
 
@@ -279,9 +299,17 @@ class DynamicsServices:
         fast = self.backend(model)
         effort_at = self._torque_source(model, request, layout, q, fast)
         losses = bool(request.include_losses)
+        constraints = self.get_constraints(model)
+        constraints = constraints.fresh() if constraints else None
+        worst_violation = 0.0
 
         def forward(_model, qs, vs, tau, *_):
             return fast.aba(qs, vs, tau)
+
+        def violation(qs, vs, t) -> float:
+            rows = [c.rows(model, qs, vs, t, constraints.gains)
+                    for c in constraints.constraints]
+            return max(float(np.abs(r.violation).max(initial=0.0)) for r in rows)
 
         def point(t: float, q, v, a, tau) -> JointTrajectoryPoint:
             p = JointTrajectoryPoint(positions=q[layout.q_index].tolist(),
@@ -298,12 +326,16 @@ class DynamicsServices:
             t = k * dt
             tau = effort_at(t, q, v)
             result = step(model, q, v, tau, dt, integrator, forward_dynamics=forward,
-                          losses=losses, limits=losses, backend=fast if losses else None)
+                          losses=losses, limits=losses,
+                          backend=fast if losses or constraints else None,
+                          constraints=constraints, t=t)
             if not (np.all(np.isfinite(result.q)) and np.all(np.isfinite(result.v))):
                 raise ValueError(f"the simulation diverged at t = {t:.4f} s (non-finite "
                                  "state): lower time_step or the efforts")
             if k % decimation == 0:
                 trajectory.points.append(point(t, q, v, result.a, tau))
+                if constraints:
+                    worst_violation = max(worst_violation, violation(q, v, t))
             q, v = result.q, result.v
             if time.perf_counter() - resumed > YIELD_EVERY_S:
                 self._wake.trigger()  # wake the executor's wait set, then let it run
@@ -311,12 +343,19 @@ class DynamicsServices:
                 resumed = time.perf_counter()
         t = steps * dt
         tau = effort_at(t, q, v)
-        a = fast.aba(q, v, tau + joint_losses(model, v) if losses else tau)
+        applied = tau + joint_losses(model, v) if losses else tau
+        if constraints:
+            a = constraints.solve(model, q, v, fast.crba(q),
+                                  applied - fast.nonlinear_effects(q, v), t).qdd
+            worst_violation = max(worst_violation, violation(q, v, t))
+        else:
+            a = fast.aba(q, v, applied)
         trajectory.points.append(point(t, q, v, a, tau))
         energy = dynamics.kinetic_energy(model, q, v) + dynamics.potential_energy(model, q)
         response.trajectory = trajectory
         response.energy_drift = float((energy - energy0) / max(abs(energy0), 1.0))
         response.steps = steps
+        response.max_constraint_violation = worst_violation
 
     def _torque_source(self, model: Model, request: Any, layout: JointLayout, q0: np.ndarray,
                        fast: Any) -> Callable[[float, np.ndarray, np.ndarray], np.ndarray]:

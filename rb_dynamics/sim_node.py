@@ -5,7 +5,8 @@ Subscribes ``~/commands`` (std_msgs/Float64MultiArray, efforts ordered by ``join
 (position, velocity, applied effort). Services ``~/reset`` (std_srvs/Trigger: back to the
 initial state), ``~/set_state`` (rb_dynamics_interfaces/SetState: a given state) and
 ``~/pause`` (std_srvs/SetBool). Optionally publishes ``/clock`` so other nodes can run on sim
-time.
+time. Constraints declared as ``constraints.*`` parameters (loop closures, fixed points, welds,
+joint couplings: rb_dynamics/constraint_params.py) are honoured at every step.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from std_srvs.srv import SetBool, Trigger
 from rb_dynamics_interfaces.srv import SetState
 
 from .codegen import compile_dynamics
+from .constraint_params import ConstraintParameters
 from .model import load_model
 from .simulation import INTEGRATORS, Simulator
 
@@ -58,6 +60,7 @@ class SimulatorNode(Node):
         declare("lockstep", False)
         declare("lockstep_timeout", 0.5)
         self.model = self._load_model()
+        self.constraints = ConstraintParameters(self).build(self.model)
         self.joints = self._joint_order()
         self.v_index = np.array([self.model.joint_v_index[self.model.joint_index(n)]
                                  for n in self.joints])
@@ -71,6 +74,7 @@ class SimulatorNode(Node):
             command_timeout=self.get_parameter("command_timeout").value,
             forward_dynamics=self._forward_dynamics(),
             backend=self.backend,
+            constraints=self.constraints or None,
         )
         self._last_warning: dict[str, float] = {}
         self.paused = bool(self.get_parameter("start_paused").value)
@@ -98,7 +102,9 @@ class SimulatorNode(Node):
         self.get_logger().info(
             f"simulating {self.model.name!r} ({len(self.joints)} joints, "
             f"{self.sim.integrator}, dt={self.sim.dt}, RTF {self.rtf}); commands on "
-            f"{self.resolve_topic_name('~/commands')}")
+            f"{self.resolve_topic_name('~/commands')}"
+            + (f"; constraints {self.constraints.names} ({self.constraints.method})"
+               if self.constraints else ""))
 
     # ------------------------------------------------------------------ set-up
 

@@ -1,7 +1,9 @@
 """A minimal test-only host for ``DynamicsServices``: an rclpy node named ``rb_dynamics`` (rename
-with ``-r __node:=...``) serving the four dynamics services for one URDF, nothing else.
+with ``-r __node:=...``) serving the four dynamics services for one URDF, with the constraints
+declared in its ``constraints.*`` parameters, nothing else.
 
-    python test/services_host.py URDF [--floating-base] [--no-backend] --ros-args ...
+    python test/services_host.py URDF [--floating-base] [--no-backend] [--gravity X Y Z]
+        --ros-args ...
 
 Kept apart from rb_dynamics/node.py so that the services are tested on their own. A 1 kHz
 timer counts its ticks on ``~/ticks`` (std_msgs/UInt64, every 10 ms) so a test can see that
@@ -17,6 +19,7 @@ from rclpy.node import Node
 from std_msgs.msg import UInt64
 
 from rb_dynamics.codegen import compile_dynamics
+from rb_dynamics.constraint_params import ConstraintParameters
 from rb_dynamics.model import load_model
 from rb_dynamics.ros_runtime import run_node
 from rb_dynamics.services import DynamicsServices
@@ -28,16 +31,20 @@ def main() -> int:
     parser.add_argument("urdf")
     parser.add_argument("--floating-base", action="store_true")
     parser.add_argument("--no-backend", action="store_true")
+    parser.add_argument("--gravity", type=float, nargs=3, default=(0.0, 0.0, -9.81))
     options = parser.parse_args(ours)
-    model = load_model(options.urdf, floating_base=options.floating_base)
+    model = load_model(options.urdf, floating_base=options.floating_base,
+                       gravity=options.gravity)
     backend = None if options.no_backend else compile_dynamics(model)
 
     class Host(Node):
         def __init__(self) -> None:
             super().__init__("rb_dynamics")
             self.ticks = 0
+            constraints = ConstraintParameters(self).build(model)
             self.dynamics_services = DynamicsServices(self, lambda: model,
-                                                       None if backend is None else lambda: backend)
+                                                       None if backend is None else lambda: backend,
+                                                       lambda _model: constraints)
             self.publisher = self.create_publisher(UInt64, "~/ticks", 10)
             self.create_timer(0.001, self._tick)
 

@@ -19,13 +19,24 @@ from rb_dynamics import DEFAULT_URDF
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _flatten(params: dict, prefix: str = "") -> dict:
+    """Nested YAML blocks as ROS parameter names (constraints.names, ...)."""
+    flat = {}
+    for key, value in params.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
 @pytest.mark.parametrize("config, module, node_name", [
     ("rb_dynamics.yaml", "rb_dynamics.node", "rb_dynamics"),
     ("simulator.yaml", "rb_dynamics.sim_node", "rb_simulator"),
 ])
 def test_config_files_are_taken_by_the_nodes(config, module, node_name):
     path = ROOT / "config" / config
-    expected = yaml.safe_load(path.read_text())[node_name]["ros__parameters"]
+    expected = _flatten(yaml.safe_load(path.read_text())[node_name]["ros__parameters"])
     node = NodeProcess(module, path, "-p", f"urdf_path:={DEFAULT_URDF}")
     peer = Peer()
     try:
@@ -34,7 +45,7 @@ def test_config_files_are_taken_by_the_nodes(config, module, node_name):
         answer = peer.call(client, GetParameters.Request(names=names), timeout=20)
         for name, value in zip(names, answer.values):
             got = (value.string_value, value.double_value, value.bool_value,
-                   list(value.double_array_value))
+                   list(value.double_array_value), list(value.string_array_value))
             want = expected[name]
             assert want in got or (isinstance(want, list) and list(map(float, want)) in got), \
                 (name, want, value)

@@ -1,0 +1,176 @@
+"""Constraints declared in a node's YAML, honoured by the topic-driven simulator, ~/simulate and
+~/forward_dynamics: a four-bar linkage (a URDF tree plus one loop constraint) stays closed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from ros_harness import NodeProcess, Peer, write_params
+from sensor_msgs.msg import JointState
+from test_constraints_pinocchio import four_bar_urdf
+
+from rb_dynamics import dynamics as D
+from rb_dynamics.constraints import ConstraintSet, constrained_forward_dynamics
+from rb_dynamics.model import load_model
+from rb_dynamics_interfaces.srv import ForwardDynamics, Simulate
+
+GRAVITY = [0.0, -9.81, 0.0]  # the linkage moves in the xy plane
+MODEL = load_model(four_bar_urdf(), gravity=GRAVITY)
+NAMES = MODEL.joint_names
+# crank at 60°, coupler and rocker solved so that the rocker's tip sits on its ground pivot
+Q0 = [1.0471975511965976, -0.6512962022375605, -2.381830721082478]
+LOOP = {"type": "loop_point", "link_a": "rocker", "point_a": [0.2, 0.0, 0.0],
+        "link_b": "ground", "point_b": [0.2, 0.0, 0.0]}
+CONSTRAINTS = {"names": ["loop"], "loop": LOOP}
+
+
+def loop_violation(q) -> float:
+    constraints = ConstraintSet.from_specs(MODEL, {"loop": LOOP})
+    rows = constraints.constraints[0].rows(MODEL, np.asarray(q), np.zeros(3), 0.0,
+                                           constraints.gains)
+    return float(np.abs(rows.violation).max())
+
+
+def test_the_initial_state_closes_the_loop():
+    assert loop_violation(Q0) < 1e-12
+
+
+@pytest.fixture()
+def urdf_file(tmp_path):
+    path = tmp_path / "four_bar.urdf"
+    path.write_text(four_bar_urdf())
+    return path
+
+
+def test_simulator_keeps_the_loop_closed_for_10_s(tmp_path, urdf_file):
+    params = write_params(tmp_path, "rb_simulator", {
+        "urdf_path": str(urdf_file), "gravity": GRAVITY, "initial_positions": Q0,
+        "time_step": 0.002, "publish_rate": 100.0, "real_time_factor": 2.0,
+        "publish_clock": True, "constraints": CONSTRAINTS})
+    node = NodeProcess("rb_dynamics.sim_node", params)
+    peer = Peer("four_bar_peer")
+    states: list[JointState] = []
+    peer.node.create_subscription(JointState, "joint_states", states.append, 100)
+    try:
+        def sim_time() -> float:
+            stamp = states[-1].header.stamp if states else None
+            return stamp.sec + stamp.nanosec * 1e-9 if stamp else 0.0
+
+        assert peer.wait_for(lambda: sim_time() >= 10.0, 60), node.output()
+        assert "constraints ['loop']" in node.output()
+        worst = max(loop_violation(s.position) for s in states)
+        crank = [s.position[0] for s in states]
+        assert worst <= 1e-6, worst
+        assert np.ptp(crank) > 1.0  # it really swings
+    finally:
+        peer.close()
+        assert node.stop() < 2.0
+    assert node.proc.returncode == 0, node.output()
+
+
+def test_simulator_refuses_a_constraint_on_an_unknown_link(tmp_path, urdf_file):
+    params = write_params(tmp_path, "rb_simulator", {
+        "urdf_path": str(urdf_file), "constraints": {
+            "names": ["loop"], "loop": {**LOOP, "link_b": "nowhere"}}})
+    node = NodeProcess("rb_dynamics.sim_node", params)
+    try:
+        node.proc.wait(30)
+    finally:
+        node.stop()
+    assert node.proc.returncode == 1
+    assert "constraints.loop.link_b: unknown link 'nowhere'" in node.output()
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("four_bar_host")
+    urdf = directory / "four_bar.urdf"
+    urdf.write_text(four_bar_urdf())
+    params = write_params(directory, "four_bar_services", {"constraints": CONSTRAINTS})
+    host_script = str(Path(__file__).with_name("services_host.py"))
+    log = tempfile.NamedTemporaryFile(prefix="four_bar_services_", suffix=".log",  # noqa: SIM115
+                                      delete=False)
+    process = subprocess.Popen(
+        [sys.executable, host_script, str(urdf), "--gravity", *map(str, GRAVITY),
+         "--ros-args", "-r", "__node:=four_bar_services", "--params-file", str(params)],
+        stdout=log, stderr=subprocess.STDOUT)
+    peer = Peer("four_bar_services_peer")
+    clients = {
+        "forward": peer.node.create_client(ForwardDynamics, "four_bar_services/forward_dynamics"),
+        "simulate": peer.node.create_client(Simulate, "four_bar_services/simulate")}
+    yield peer, clients
+    peer.close()
+    process.terminate()
+    process.wait(5)
+
+
+def test_simulate_service_keeps_the_loop_closed_for_10_s(host):
+    peer, clients = host
+    for integrator in ("semi_implicit_euler", "rk4"):
+        answer = peer.call(clients["simulate"], Simulate.Request(
+            joint_names=NAMES, positions=Q0, duration=10.0, time_step=0.002,
+            integrator=integrator, output_decimation=10), timeout=120)
+        assert answer.success, answer.message
+        positions = [p.positions for p in answer.trajectory.points]
+        assert len(positions) == 501
+        worst = max(loop_violation(q) for q in positions)
+        assert worst <= 1e-6 and answer.max_constraint_violation <= 1e-6, worst
+        assert answer.max_constraint_violation == pytest.approx(worst, rel=1e-3, abs=1e-12)
+        assert np.ptp([q[0] for q in positions]) > 1.0
+
+
+def test_forward_dynamics_service_answers_the_constrained_acceleration(host):
+    peer, clients = host
+    rng = np.random.default_rng(7)
+    constraints = ConstraintSet.from_specs(MODEL, {"loop": LOOP})
+    A = constraints.constraints[0].rows(MODEL, np.asarray(Q0), np.zeros(3), 0.0,
+                                        constraints.gains).A
+    order = [2, 0, 1]
+    for _ in range(3):
+        # a velocity the loop allows, and arbitrary efforts
+        v = np.linalg.svd(A)[2][-1] * rng.uniform(-3, 3)
+        tau = rng.uniform(-1, 1, 3)
+        answer = peer.call(clients["forward"], ForwardDynamics.Request(
+            joint_names=[NAMES[k] for k in order], positions=[Q0[k] for k in order],
+            velocities=v[order].tolist(), efforts=tau[order].tolist()))
+        assert answer.success, answer.message
+        local = constrained_forward_dynamics(MODEL, Q0, v, tau, ConstraintSet.from_specs(
+            MODEL, {"loop": LOOP}).constraints)
+        np.testing.assert_allclose(answer.accelerations, local.qdd[order], rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(answer.constraint_forces, local.constraint_force[order],
+                                   rtol=1e-9, atol=1e-12)
+        assert answer.constraint_violation < 1e-12
+        free = D.aba(MODEL, Q0, v, tau)
+        assert np.abs(local.qdd - free).max() > 1e-3  # the constraint really acts
+    bad = peer.call(clients["forward"], ForwardDynamics.Request(
+        joint_names=NAMES, positions=Q0, velocities=[0.0, 0.0, float("nan")]))
+    assert not bad.success and "velocities[2]" in bad.message
+
+
+def test_control_node_services_refuse_constraints_that_do_not_fit_the_model(tmp_path, urdf_file):
+    params = write_params(tmp_path, "rb_dynamics", {
+        "urdf_path": str(urdf_file),
+        "constraints": {"names": ["loop"], "loop": {**LOOP, "link_a": "crankshaft"}}})
+    node = NodeProcess("rb_dynamics.node", params)
+    peer = Peer("misfit_peer")
+    try:
+        client = peer.node.create_client(ForwardDynamics, "rb_dynamics/forward_dynamics")
+        answer = peer.call(client, ForwardDynamics.Request(joint_names=NAMES, positions=Q0),
+                           timeout=20)
+        assert not answer.success
+        assert "constraints.loop.link_a: unknown link 'crankshaft'" in answer.message
+        simulate = peer.node.create_client(Simulate, "rb_dynamics/simulate")
+        answer = peer.call(simulate, Simulate.Request(joint_names=NAMES, positions=Q0,
+                                                      duration=0.1))
+        assert not answer.success and "crankshaft" in answer.message
+        assert node.proc.poll() is None  # it keeps running
+    finally:
+        peer.close()
+        assert node.stop() < 2.0
+    assert node.proc.returncode == 0, node.output()
+    assert "~/forward_dynamics and ~/simulate will refuse" in node.output()
