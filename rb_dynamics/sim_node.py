@@ -4,8 +4,10 @@ Subscribes ``~/commands`` (std_msgs/Float64MultiArray, efforts ordered by ``join
 ``~/joint_commands`` (sensor_msgs/JointState, efforts by name); publishes ``joint_states``
 (position, velocity, applied effort). Services ``~/reset`` (std_srvs/Trigger: back to the
 initial state), ``~/set_state`` (rb_dynamics_interfaces/SetState: a given state) and
-``~/pause`` (std_srvs/SetBool). Optionally publishes ``/clock`` so other nodes can run on sim
-time. Constraints declared as ``constraints.*`` parameters (loop closures, fixed points, welds,
+``~/pause`` (std_srvs/SetBool). Time: the wall clock (times ``real_time_factor``); one step per
+command (``lockstep``); or, with ``use_sim_time``, an external ``/clock``: every clock message
+advances the model to that instant. Optionally publishes ``/clock`` so other nodes can run on
+sim time. Constraints declared as ``constraints.*`` parameters (loop closures, fixed points, welds,
 joint couplings: rb_dynamics/constraint_params.py) are honoured at every step.
 """
 
@@ -21,6 +23,7 @@ from builtin_interfaces.msg import Time
 from rclpy.exceptions import ParameterUninitializedException
 from rclpy.node import Node
 from rclpy.parameter import Parameter
+from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
@@ -92,13 +95,27 @@ class SimulatorNode(Node):
         self.create_service(SetState, "~/set_state", self._on_set_state)
         self.clock_offset = 0.0
         self.lockstep = bool(self.get_parameter("lockstep").value)
+        self.external_clock = bool(self.get_parameter("use_sim_time").value)
+        if self.external_clock and (self.clock_pub is not None or self.lockstep):
+            raise ValueError("use_sim_time (step on an external /clock) excludes publish_clock "
+                             "and lockstep")
+        self.last_clock: float | None = None
+        self.publish_period = 0.0
         self.lockstep_timeout = float(self.get_parameter("lockstep_timeout").value)
         self.last_lockstep = time.monotonic()
         self.wall_last = time.monotonic()
         self.sim_debt = 0.0
         self.steps_done = 0
         rate = float(self.get_parameter("publish_rate").value)
-        self.timer = self.create_timer(1.0 / rate, self._tick)
+        if not (rate > 0 and math.isfinite(rate)):
+            raise ValueError("publish_rate must be positive")
+        if self.external_clock:
+            # best effort matches any /clock publisher; a lost tick only merges two steps
+            self.create_subscription(Clock, "/clock", self._on_clock, QoSProfile(
+                depth=100, reliability=ReliabilityPolicy.BEST_EFFORT))
+            self.publish_period, self.last_publish = 1.0 / rate, -math.inf
+        else:
+            self.timer = self.create_timer(1.0 / rate, self._tick)
         self.get_logger().info(
             f"simulating {self.model.name!r} ({len(self.joints)} joints, "
             f"{self.sim.integrator}, dt={self.sim.dt}, RTF {self.rtf}); commands on "
@@ -278,6 +295,26 @@ class SimulatorNode(Node):
             self.sim_debt -= self._advance(self.sim_debt) * self.sim.dt
         self._publish()
 
+    def _on_clock(self, msg: Clock) -> None:
+        """use_sim_time: simulate up to the clock's instant, then publish (at publish_rate)."""
+        now = msg.clock.sec + msg.clock.nanosec * 1e-9
+        if self.last_clock is not None and not (0.0 <= now - self.last_clock <= 1.0):
+            self._warn(f"/clock jumped by {now - self.last_clock:+.3f} s: following it without "
+                       "simulating the gap", "clock jump")
+            self.last_clock, self.last_publish = None, -math.inf
+        if self.last_clock is None or self.paused:
+            self.sim_debt = 0.0
+        else:
+            self.sim_debt += now - self.last_clock
+            whole_steps = math.floor(self.sim_debt / self.sim.dt + 1e-9)  # never past the clock
+            self.sim_debt -= self._advance(whole_steps * self.sim.dt) * self.sim.dt
+        self.last_clock = now
+        # stamps follow the clock; the remaining debt (< dt) is the only difference
+        self.clock_offset = now - self.sim_debt - self.sim.time
+        if now - self.last_publish >= self.publish_period - 1e-9:
+            self.last_publish = now
+            self._publish()
+
     def _advance(self, duration: float) -> int:
         """Steps covering ``duration``; on divergence, the last good state stays and we pause."""
         before = (self.sim.q.copy(), self.sim.v.copy(), self.sim.time)
@@ -303,10 +340,11 @@ class SimulatorNode(Node):
 
     def _publish(self) -> None:
         msg = JointState()
-        if self.clock_pub is not None:
-            # the clock first: a node on sim time then reads the instant the state describes
+        if self.clock_pub is not None or self.external_clock:
             msg.header.stamp = self._sim_time()
-            self.clock_pub.publish(Clock(clock=msg.header.stamp))
+            if self.clock_pub is not None:
+                # the clock first: a node on sim time then reads the instant the state describes
+                self.clock_pub.publish(Clock(clock=msg.header.stamp))
         else:
             msg.header.stamp = self.get_clock().now().to_msg()
         msg.name = self.joints

@@ -114,3 +114,58 @@ def test_set_state_puts_the_arm_in_a_given_state_and_refuses_bad_ones(simulator)
         answer = peer.call(set_state, bad)
         assert not answer.success and ("joint_names" in answer.message
                                        or "positions" in answer.message)
+
+
+def test_steps_on_an_external_clock_with_use_sim_time(tmp_path):
+    """use_sim_time: each /clock message advances the model to that instant; without ticks
+    nothing moves, and the states are stamped with the clock."""
+    from builtin_interfaces.msg import Time
+    from rosgraph_msgs.msg import Clock
+
+    from rb_dynamics.codegen import compile_dynamics
+    from rb_dynamics.simulation import Simulator
+
+    params = write_params(tmp_path, "rb_simulator", {
+        "urdf_path": UR5, "initial_positions": Q0, "publish_rate": 1000.0,
+        "integrator": "semi_implicit_euler", "time_step": 0.001, "use_sim_time": True})
+    node = NodeProcess("rb_dynamics.sim_node", params)
+    peer = Peer("clock_peer")
+    states: list[JointState] = []
+    peer.node.create_subscription(JointState, "joint_states", states.append, 500)
+    clock = peer.node.create_publisher(Clock, "/clock", 10)
+
+    def tick(seconds: float) -> None:
+        nanoseconds = round(seconds * 1e9)
+        clock.publish(Clock(clock=Time(sec=nanoseconds // 10**9, nanosec=nanoseconds % 10**9)))
+
+    def stamp(state: JointState) -> float:
+        return state.header.stamp.sec + state.header.stamp.nanosec * 1e-9
+
+    start = 100.0
+    try:
+        assert peer.wait_for(lambda: tick(start) or bool(states), 15), node.output()
+        peer.wait_for(lambda: False, 0.3)  # wall time passes, the clock does not
+        np.testing.assert_array_equal(states[-1].position, Q0)
+        assert stamp(states[-1]) == start
+        for k in range(1, 201):
+            tick(start + k * 1e-3)
+            peer.executor.spin_once(timeout_sec=0.0005)
+        end = start + 0.2
+        # ticks are best effort: the last one again until its state is in
+        assert peer.wait_for(lambda: tick(end) or stamp(states[-1]) >= end - 1e-9, 10)
+        assert abs(stamp(states[-1]) - end) < 1e-9
+        model = load_model(UR5)
+        reference = Simulator(model, 1e-3, "semi_implicit_euler", q0=np.array(Q0),
+                              backend=compile_dynamics(model),
+                              forward_dynamics=lambda m, q, v, tau, f=None: D.aba(m, q, v, tau))
+        reference.advance(0.2, 1000)
+        np.testing.assert_allclose(states[-1].position, reference.q, rtol=0, atol=1e-9)
+        assert np.abs(np.array(states[-1].position) - Q0).max() > 1e-3  # it fell
+        # backwards: followed, reported, nothing breaks
+        peer.wait_for(lambda: tick(start) or stamp(states[-1]) == start, 5)
+        assert stamp(states[-1]) == start and node.proc.poll() is None
+        assert "/clock jumped by -0.200 s" in node.output()
+    finally:
+        peer.close()
+        assert node.stop() < 2.0
+    assert node.proc.returncode == 0, node.output()
