@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rcl_interfaces.msg import (
     FloatingPointRange,
@@ -115,6 +116,7 @@ class Statistics:
     compute_max: float = 0.0
     clamped: set[str] = field(default_factory=set)
     last_problem: str = ""
+    ages: int = 0  # how many of the node's state-age slots this period filled
 
 
 class DynamicsNode(Node):
@@ -133,6 +135,15 @@ class DynamicsNode(Node):
         self._min_period = 1.0 / rate if rate > 0 else 0.0
         self._stale_reported = False
         self._hold_reported = False
+        # since start, so that a monitor can account for every state: received = answered +
+        # superseded + refused; the stamp tells which of its states these totals cover
+        self.received_total = 0
+        self.superseded_total = 0
+        self.commands_total = 0
+        self.newest_stamp_ns = 0
+        # age of the state each command answers (stamp → publish), preallocated so that the
+        # control path does not allocate; a period holds at most this many commands
+        self._state_ages = np.zeros(4096)
 
         self.effort_pub = self.create_publisher(Float64MultiArray, "~/effort_commands", 100)
         self.diagnostics_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
@@ -305,6 +316,7 @@ class DynamicsNode(Node):
         # Answer the newest state only: take what queued up behind this one directly (one
         # rclpy spin costs ~0.5 ms, a take a few µs); a command for an older state is stale
         # before it is sent, and answering a backlog would keep the loop a backlog behind.
+        count = 1
         for _ in range(1000):
             with self.state_sub.handle:
                 taken = self.state_sub.handle.take_message(self.state_sub.msg_type,
@@ -313,6 +325,10 @@ class DynamicsNode(Node):
                 break
             msg = taken[0]
             self.stats.skipped += 1
+            count += 1
+        self.received_total += count
+        self.superseded_total += count - 1
+        self.newest_stamp_ns = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
         self._control(msg)
 
     def _control(self, msg: JointState) -> None:
@@ -351,8 +367,12 @@ class DynamicsNode(Node):
         self._last_publish = now
         self._stale_reported = False
         self.stats.commands += 1
+        self.commands_total += 1
         self.stats.compute_total += elapsed
         self.stats.compute_max = max(self.stats.compute_max, elapsed)
+        if stamp > 0.0 and self.stats.ages < len(self._state_ages):
+            self._state_ages[self.stats.ages] = now + elapsed - stamp
+            self.stats.ages += 1
         if out.clamped:
             self.stats.clamped.update(out.clamped)
             self._warn(f"effort clamped to the limit on {out.clamped}", "clamp")
@@ -380,6 +400,18 @@ class DynamicsNode(Node):
 
     # ------------------------------------------------------------------ diagnostics
 
+    def _age_report(self, count: int) -> dict[str, str]:
+        """State stamp → command publish, on this node's clock: transport in plus compute.
+        Meaningful when the state's stamp and this node share a clock (one machine, or both
+        on /clock)."""
+        if count == 0:
+            return {}
+        ages = 1e3 * self._state_ages[:count]
+        return {"state age at command mean (ms)": f"{ages.mean():.4f}",
+                "state age at command p99 (ms)": f"{np.percentile(ages, 99):.4f}",
+                "state age at command max (ms)": f"{ages.max():.4f}",
+                "state ages (count)": str(count)}
+
     def _publish_diagnostics(self) -> None:
         stats, self.stats = self.stats, Statistics()
         status = DiagnosticStatus(name=f"{NODE_NAME}: controller", hardware_id=NODE_NAME)
@@ -397,6 +429,11 @@ class DynamicsNode(Node):
                 "compute mean (ms)": f"{1e3 * stats.compute_total / max(stats.commands, 1):.4f}",
                 "compute max (ms)": f"{1e3 * stats.compute_max:.4f}",
                 "clamped joints": ", ".join(sorted(stats.clamped)) or "none",
+                "states received (total)": str(self.received_total),
+                "states superseded (total)": str(self.superseded_total),
+                "commands (total)": str(self.commands_total),
+                "newest state stamp (ns)": str(self.newest_stamp_ns),
+                **self._age_report(stats.ages),
             })
             if not math.isfinite(age):
                 status.level, status.message = DiagnosticStatus.WARN, "no joint state received"

@@ -178,6 +178,38 @@ def test_stale_state_is_reported_on_diagnostics(rig):
     assert rig.peer.wait_for(stale, 4.0), [s.message for d in rig.diagnostics for s in d.status]
 
 
+def test_diagnostics_account_for_every_state_and_report_its_age(rig):
+    joints = load_model(UR5).actuated_joint_names
+    assert rig.command_after(joints, np.zeros(6)) is not None, rig.node.output()
+    clock = rig.peer.node.get_clock()
+    for _ in range(50):  # stamped, so that the node can tell how old each answered state is
+        msg = JointState(name=list(joints), position=[0.0] * 6)
+        msg.header.stamp = clock.now().to_msg()
+        rig.states.publish(msg)
+        rig.peer.wait_for(lambda: False, 0.005)
+    sent_stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
+
+    def report():
+        for d in reversed(rig.diagnostics):
+            for status in d.status:
+                values = {kv.key: kv.value for kv in status.values}
+                if int(values.get("newest state stamp (ns)", "0")) == sent_stamp:
+                    return values
+        return None
+
+    assert rig.peer.wait_for(lambda: report() is not None, 4.0), rig.node.output()
+    values = report()
+    received = int(values["states received (total)"])
+    assert received >= 51
+    assert received == int(values["commands (total)"]) + int(values["states superseded (total)"])
+    aged = [d for d in rig.diagnostics for s in d.status
+            if any(kv.key == "state age at command p99 (ms)" for kv in s.values)]
+    assert aged, "no state age reported for stamped states"
+    ages = {kv.key: float(kv.value) for kv in aged[-1].status[0].values if "age" in kv.key}
+    assert 0.0 < ages["state age at command mean (ms)"] <= ages["state age at command max (ms)"]
+    assert ages["state age at command max (ms)"] < 1000.0
+
+
 def test_commands_are_clamped_to_the_scaled_limit(rig):
     model = load_model(UR5)
     joints = model.actuated_joint_names
