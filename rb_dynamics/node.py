@@ -336,6 +336,11 @@ class DynamicsNode(Node):
         if controller is None:
             return
         now = self._now()
+        if msg.header.stamp.sec < 0:
+            # a clock before the epoch is a driver fault; its state cannot be trusted either
+            self._warn(f"joint_states: negative stamp {msg.header.stamp.sec} s; not publishing",
+                       "negative stamp")
+            return
         try:
             controller.update_state(msg.name, msg.position, msg.velocity, now)
         except ControllerError as exc:
@@ -381,6 +386,10 @@ class DynamicsNode(Node):
         controller = self.controller
         if controller is None:
             self._warn("trajectory ignored: no model loaded yet", "trajectory")
+            return
+        if msg.header.stamp.sec < 0:
+            self._warn(f"trajectory: negative header stamp {msg.header.stamp.sec} s; ignored",
+                       "trajectory")
             return
         points = []
         for point in msg.points:

@@ -167,6 +167,72 @@ def test_bad_states_publish_nothing_and_are_reported(rig):
     assert "missing joints" in log and "NaN" in log and "6 names but 5 positions" in log
 
 
+def test_hostile_states_and_trajectories_never_move_the_command(rig):
+    """Duplicated names, inf, wrong lengths, negative stamps, out-of-order or non-finite
+    trajectory points: nothing is published for a bad state, a bad trajectory leaves the
+    reference as it was, and every command that does go out is finite and within the limits."""
+    model = load_model(UR5)
+    pm, pd = _pin(UR5)
+    joints = model.actuated_joint_names
+    assert rig.command_after(joints, np.zeros(6)) is not None, rig.node.output()
+    assert rig.set(mode="computed_torque")[0].successful
+    nan = float("nan")
+    assert not rig.set(kp=[nan] * 6)[0].successful  # NaN gains are refused too
+    q_goal = np.array([0.2, -1.0, 1.1, -0.3, 0.4, 0.5])
+    rig.publish_matched(rig.trajectory, JointTrajectory(
+        joint_names=joints, points=[JointTrajectoryPoint(positions=q_goal.tolist())]))
+    rig.peer.wait_for(lambda: False, 0.3)
+
+    def point(positions, seconds):
+        p = JointTrajectoryPoint(positions=[float(x) for x in positions])
+        p.time_from_start.sec = seconds
+        return p
+
+    hostile = [
+        JointTrajectory(joint_names=joints, points=[point(np.zeros(6), 2), point(np.ones(6), 1)]),
+        JointTrajectory(joint_names=joints, points=[point([nan] * 6, 1)]),
+        JointTrajectory(joint_names=joints, points=[point(np.zeros(6), -1)]),
+        JointTrajectory(joint_names=joints[:5] + joints[:1], points=[point(np.zeros(6), 1)]),
+        JointTrajectory(joint_names=joints, points=[point(np.zeros(5), 1)]),
+    ]
+    negative = JointTrajectory(joint_names=joints, points=[point(np.zeros(6), 1)])
+    negative.header.stamp.sec = -5
+    for msg in hostile + [negative]:
+        rig.trajectory.publish(msg)
+    rig.peer.wait_for(lambda: False, 0.3)
+    count = len(rig.commands)
+    bad_states = [
+        JointState(name=joints[:5] + joints[:1], position=[0.0] * 6),
+        JointState(name=list(joints), position=[0.0] * 6, velocity=[0.0] * 5 + [float("inf")]),
+        JointState(name=list(joints), position=[0.0] * 6, velocity=[0.0] * 4),
+    ]
+    stamped = JointState(name=list(joints), position=[0.0] * 6)
+    stamped.header.stamp.sec = -3
+    for msg in bad_states + [stamped]:  # one at a time: of a queue only the newest is handled
+        rig.states.publish(msg)
+        rig.peer.wait_for(lambda: False, 0.3)
+    assert len(rig.commands) == count, "a command was published for a bad state"
+
+    # the set-point still stands: the command is computed torque toward q_goal
+    q = np.array([0.1, -1.2, 1.0, -0.5, 0.3, 0.2])
+    tau = rig.command_after(joints, q, np.zeros(6))
+    ref = pin.rnea(pm, pd, q, np.zeros(6), 100.0 * (q_goal - q))[_pin_order(pm, joints)]
+    ref = np.clip(ref, -model.effort_limit, model.effort_limit)
+    assert rel_err(tau, ref) <= 1e-9, (tau, ref, rig.node.output())
+    # huge but finite positions: a command goes out, clamped
+    tau = rig.command_after(joints, np.full(6, 1e12))
+    assert tau is not None and np.all(np.abs(tau) <= model.effort_limit)
+    for command in rig.commands:
+        assert np.all(np.isfinite(command.data))
+        assert np.all(np.abs(command.data) <= model.effort_limit + 1e-12)
+    log = rig.node.output()
+    # (trajectory warnings share one throttle: the first refusal is the one logged)
+    for words in ("repeated joint names", "NaN or inf in positions", "6 names but 4 velocities",
+                  "negative stamp -3", "is not after", "kp must be finite"):
+        assert words in log, (words, log)
+    assert rig.node.proc.poll() is None
+
+
 def test_stale_state_is_reported_on_diagnostics(rig):
     joints = load_model(UR5).actuated_joint_names
     assert rig.command_after(joints, np.zeros(6)) is not None, rig.node.output()
