@@ -67,13 +67,22 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def measure(cmd: list[str], joints: list[str], q: list[float], seconds: float,
-            rate: float = 1000.0) -> dict:
+def measure(cmd: list[str], joints: list[str], configurations: np.ndarray, seconds: float,
+            rate: float = 1000.0, set_point: list[float] | None = None) -> dict:
+    """Stream joint states at ``rate`` and time each answer against the state it answers.
+
+    Our node answers the newest queued state (older ones are superseded), so answers cannot be
+    paired with states by order. The states cycle through ``configurations`` instead; before
+    streaming, each one's answer is learnt by a single round trip, and every streamed answer is
+    then recognised by its values, which names the state it answers.
+    """
     import rclpy
+    from diagnostic_msgs.msg import DiagnosticArray
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.qos import QoSProfile, ReliabilityPolicy
     from sensor_msgs.msg import JointState
     from std_msgs.msg import Float64MultiArray
+    from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
     proc = _start(cmd)
     context = rclpy.Context()
@@ -83,24 +92,61 @@ def measure(cmd: list[str], joints: list[str], q: list[float], seconds: float,
     executor.add_node(node)
     qos = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
     pub = node.create_publisher(JointState, "joint_states", qos)
+    received: list[tuple[float, np.ndarray]] = []
+    totals: list[tuple[float, dict[str, int]]] = []
+    node.create_subscription(
+        Float64MultiArray, "rb_dynamics/effort_commands",
+        lambda m: received.append((time.perf_counter(), np.array(m.data))), qos)
+
+    def on_diagnostics(msg):
+        for status in msg.status:
+            values = {kv.key: kv.value for kv in status.values}
+            if "states received (total)" in values:
+                totals.append((time.perf_counter(), {
+                    "received": int(values["states received (total)"]),
+                    "superseded": int(values["states superseded (total)"])}))
+
+    node.create_subscription(DiagnosticArray, "/diagnostics", on_diagnostics, 10)
+    messages = [JointState(name=joints, position=[float(x) for x in q],
+                           velocity=[0.0] * len(joints)) for q in configurations]
+
+    def settle(quiet: float = 0.1) -> None:
+        quiet_until = time.monotonic() + quiet
+        while time.monotonic() < quiet_until:
+            count = len(received)
+            executor.spin_once(timeout_sec=0.01)
+            if len(received) != count:
+                quiet_until = time.monotonic() + quiet
+
     sent: list[float] = []
-    received: list[float] = []
-    node.create_subscription(Float64MultiArray, "rb_dynamics/effort_commands",
-                             lambda _m: received.append(time.perf_counter()), qos)
-    msg = JointState(name=joints, position=q, velocity=[0.0] * len(q))
+    base = 0  # the diagnostics report just before streaming
     try:
         deadline = time.monotonic() + 20
         while not received and time.monotonic() < deadline:  # warm up: discovery, first answer
-            pub.publish(msg)
+            pub.publish(messages[0])
             executor.spin_once(timeout_sec=0.05)
         if not received:
             raise RuntimeError(f"no answer from {cmd}")
-        quiet_until = time.monotonic() + 0.3  # let the warm-up answers drain, then count afresh
-        while time.monotonic() < quiet_until:
+        if set_point is not None:
+            trajectory = node.create_publisher(JointTrajectory, "rb_dynamics/trajectory", qos)
+            while trajectory.get_subscription_count() == 0:
+                executor.spin_once(timeout_sec=0.01)
+            trajectory.publish(JointTrajectory(joint_names=joints, points=[
+                JointTrajectoryPoint(positions=[float(x) for x in set_point])]))
+        settle(0.3)
+        expected = []
+        for message in messages:  # one round trip each: the answer that names this state
             count = len(received)
+            pub.publish(message)
+            while len(received) == count:
+                executor.spin_once(timeout_sec=0.01)
+            settle(0.02)
+            expected.append(received[-1][1])
+        expected = np.array(expected)
+        before = len(totals)
+        while len(totals) == before and time.monotonic() < deadline + 5:
             executor.spin_once(timeout_sec=0.05)
-            if len(received) != count:
-                quiet_until = time.monotonic() + 0.3
+        base = len(totals) - 1
         received.clear()
         period = 1.0 / rate
         next_time = time.perf_counter()
@@ -108,24 +154,50 @@ def measure(cmd: list[str], joints: list[str], q: list[float], seconds: float,
         while next_time < end:
             now = time.perf_counter()
             if now >= next_time:
+                pub.publish(messages[len(sent) % len(messages)])
                 sent.append(now)
-                pub.publish(msg)
                 next_time += period
             executor.spin_once(timeout_sec=max(0.0, min(next_time - time.perf_counter(), period)))
-        settle = time.perf_counter() + 0.5
-        while time.perf_counter() < settle and len(received) < len(sent):
-            executor.spin_once(timeout_sec=0.01)
+        settle(0.5)
+        finished = time.perf_counter()
+        while not totals or totals[-1][0] < finished:
+            if time.perf_counter() > finished + 3.0:
+                break
+            executor.spin_once(timeout_sec=0.05)
     finally:
         executor.shutdown()
         node.destroy_node()
         rclpy.shutdown(context=context)
         _stop(proc)
-    # answers come back in order (one reliable writer each way): pair them up
-    n = min(len(sent), len(received))
-    rtt = (np.array(received[:n]) - np.array(sent[:n])) * 1e3
-    return {"sent": len(sent), "answered": len(received), "lost": len(sent) - len(received),
-            "median_ms": float(np.median(rtt)), "p99_ms": float(np.percentile(rtt, 99)),
-            "achieved_rate_hz": len(sent) / seconds}
+    rtt, last, unmatched = [], -1, 0
+    cycle = len(messages)
+    scale = np.abs(expected).max() + 1.0
+    for t, data in received:
+        distance = np.abs(expected - data).max(axis=1) if len(data) == expected.shape[1] \
+            else np.full(cycle, np.inf)
+        k = int(np.argmin(distance))
+        if distance[k] > 1e-9 * scale:
+            unmatched += 1
+            continue
+        i = last + 1 + (k - (last + 1)) % cycle  # answers come in order: the next state ≡ k
+        if i >= len(sent) or sent[i] > t:
+            unmatched += 1
+            continue
+        rtt.append((t - sent[i]) * 1e3)
+        last = i
+    rtt = np.array(rtt)
+    result = {"sent": len(sent), "answered": len(rtt), "unmatched": unmatched,
+              "median_ms": float(np.median(rtt)), "p99_ms": float(np.percentile(rtt, 99)),
+              "achieved_rate_hz": len(sent) / seconds}
+    if len(totals) >= base + 2:  # our node counts what it received and what was superseded
+        first, final = totals[base][1], totals[-1][1]
+        result["received_by_node"] = final["received"] - first["received"]
+        result["superseded"] = final["superseded"] - first["superseded"]
+        result["lost"] = len(sent) - result["received_by_node"]
+    else:  # the echo answers every state it receives
+        result["superseded"] = 0
+        result["lost"] = len(sent) - len(rtt)
+    return result
 
 
 def main() -> int:
@@ -145,20 +217,25 @@ def main() -> int:
         urdf = Path(robots_dir(), REAL_ROBOTS[robot][0])
         model = load_model(urdf)
         joints = model.joint_names
-        q = [0.1 * (k + 1) for k in range(len(joints))]
-        floor = measure(echo, joints, q, args.seconds)
+        rng = np.random.default_rng(7)
+        configurations = rng.uniform(-1.0, 1.0, (32, len(joints)))
+        if robot == "panda":  # the finger stays inside its travel
+            configurations[:, -1] = rng.uniform(0.0, 0.04, 32)
+        floor = measure(echo, joints, configurations, args.seconds)
         rows.append({"robot": robot, "node": "echo", **floor})
         for mode in ("gravity_compensation", "computed_torque"):
             cmd = [sys.executable, "-m", "rb_dynamics.node", "--ros-args", "-p",
                    f"urdf_path:={urdf}", "-p", f"mode:={mode}", "-p", "state_timeout:=1.0"]
-            result = measure(cmd, joints, q, args.seconds)
+            # computed torque toward a set-point: a full RNEA with the PD term per state
+            set_point = configurations[0] if mode == "computed_torque" else None
+            result = measure(cmd, joints, configurations, args.seconds, set_point=set_point)
             result["added_median_ms"] = result["median_ms"] - floor["median_ms"]
             rows.append({"robot": robot, "node": mode, **result})
-    print(f"{'robot':<7}{'node':<22}{'sent':>7}{'lost':>6}{'rate Hz':>9}{'median ms':>11}"
-          f"{'p99 ms':>9}{'added ms':>10}")
+    print(f"{'robot':<7}{'node':<22}{'sent':>7}{'lost':>6}{'superseded':>11}{'rate Hz':>9}"
+          f"{'median ms':>11}{'p99 ms':>9}{'added ms':>10}")
     for r in rows:
         added = f"{r['added_median_ms']:.3f}" if "added_median_ms" in r else "-"
-        print(f"{r['robot']:<7}{r['node']:<22}{r['sent']:>7}{r['lost']:>6}"
+        print(f"{r['robot']:<7}{r['node']:<22}{r['sent']:>7}{r['lost']:>6}{r['superseded']:>11}"
               f"{r['achieved_rate_hz']:>9.0f}{r['median_ms']:>11.3f}{r['p99_ms']:>9.3f}"
               f"{added:>10}")
     if args.json:
