@@ -1,0 +1,158 @@
+"""The control node's options across processes: where the model comes from, best-effort joint
+states, friction compensation and the publish-rate limit."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pinocchio as pin
+import pytest
+from diagnostic_msgs.msg import DiagnosticArray
+from pin_oracle import REAL_ROBOTS, rel_err, robots_dir
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from ros_harness import NodeProcess, Peer, write_params
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray, String
+
+from rb_dynamics import DEFAULT_URDF
+from rb_dynamics.model import load_model
+
+UR5 = Path(robots_dir(), REAL_ROBOTS["ur5"][0])
+PANDA = Path(robots_dir(), REAL_ROBOTS["panda"][0])
+
+
+class Talk:
+    """A peer that sends joint states and collects commands and diagnostics."""
+
+    def __init__(self, qos=10):
+        self.peer = Peer()
+        self.commands: list[tuple[float, np.ndarray]] = []
+        self.statuses: list[tuple[int, str]] = []
+        node = self.peer.node
+        node.create_subscription(Float64MultiArray, "rb_dynamics/effort_commands",
+                                 lambda m: self.commands.append((time.monotonic(),
+                                                                 np.array(m.data))), 100)
+        node.create_subscription(
+            DiagnosticArray, "/diagnostics",
+            lambda m: self.statuses.extend((s.level, s.message) for s in m.status), 10)
+        self.states = node.create_publisher(JointState, "joint_states", qos)
+
+    def send(self, names, q, v=None):
+        msg = JointState(name=list(names), position=[float(x) for x in q])
+        if v is not None:
+            msg.velocity = [float(x) for x in v]
+        self.states.publish(msg)
+
+    def answer(self, names, q, v=None, timeout=8.0) -> np.ndarray | None:
+        """Send the same state until commands come; the last one answers it (in-order DDS)."""
+        before = len(self.commands)
+        for _ in range(int(timeout / 0.1)):
+            self.send(names, q, v)
+            if self.peer.wait_for(lambda: len(self.commands) > before, 0.1):
+                self.peer.wait_for(lambda: False, 0.15)
+                return self.commands[-1][1]
+        return None
+
+
+def _stop(node: NodeProcess, talk: Talk) -> None:
+    talk.peer.close()
+    assert node.stop() < 2.0, "the node did not shut down within 2 s"
+    assert node.proc.returncode == 0, node.output()
+
+
+def _gravity(path: Path, q: np.ndarray, names: list[str]) -> np.ndarray:
+    pm = pin.buildModelFromUrdf(str(path), mimic=True)
+    g = pin.computeGeneralizedGravity(pm, pm.createData(), q)
+    return g[[pm.joints[pm.getJointId(n)].idx_v for n in names]]
+
+
+def test_waits_without_a_description_and_then_takes_the_topic(tmp_path):
+    node = NodeProcess("rb_dynamics.node", write_params(tmp_path, "rb_dynamics",
+                                                        {"state_timeout": 1.0}))
+    talk = Talk()
+    try:
+        assert talk.peer.wait_for(
+            lambda: any("waiting for a robot description" in m for _, m in talk.statuses), 5.0)
+        talk.peer.wait_for(lambda: False, 1.5)
+        assert not talk.commands
+        assert node.output().count("waiting for a robot description") == 1  # said once
+        latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL,
+                             reliability=ReliabilityPolicy.RELIABLE)
+        description = talk.peer.node.create_publisher(String, "/robot_description", latched)
+        description.publish(String(data=UR5.read_text()))
+        joints = load_model(UR5).actuated_joint_names
+        q = np.array([0.3, -1.1, 0.9, -0.4, 0.6, 0.2])
+        tau = talk.answer(joints, q)
+        assert tau is not None, node.output()
+        assert rel_err(tau, _gravity(UR5, q, joints)) <= 1e-9
+        assert "/robot_description topic" in node.output()
+    finally:
+        _stop(node, talk)
+
+
+def test_the_robot_description_parameter_wins_over_urdf_path(tmp_path):
+    node = NodeProcess("rb_dynamics.node", write_params(tmp_path, "rb_dynamics", {
+        "robot_description": PANDA.read_text(), "urdf_path": str(UR5), "state_timeout": 1.0}))
+    talk = Talk()
+    try:
+        panda = load_model(PANDA)
+        q = np.array([0.1, -0.4, 0.2, -2.0, 0.1, 1.5, 0.7, 0.02])
+        tau = talk.answer(panda.joint_names, q)
+        assert tau is not None, node.output()
+        assert len(tau) == len(panda.actuated_joint_names)
+        assert "model 'panda'" in node.output()
+    finally:
+        _stop(node, talk)
+
+
+def test_best_effort_joint_states_with_friction_compensation(tmp_path):
+    """A driver publishing sensor-data QoS (best effort) is heard with joint_states_qos
+    best_effort; τ = g(q) + damping·q̇ + friction·tanh(q̇/0.1) with the URDF's <dynamics>."""
+    node = NodeProcess("rb_dynamics.node", write_params(tmp_path, "rb_dynamics", {
+        "urdf_path": str(DEFAULT_URDF), "joint_states_qos": "best_effort",
+        "friction_compensation": True, "state_timeout": 1.0}))
+    talk = Talk(qos_profile_sensor_data)
+    try:
+        model = load_model(DEFAULT_URDF)
+        joints = model.actuated_joint_names
+        pm = pin.buildModelFromUrdf(str(DEFAULT_URDF))
+        order = [pm.joints[pm.getJointId(n)].idx_v for n in joints]
+        q = np.array([0.2, -0.8, 1.0, -0.3, 0.5, 0.1])
+        v = np.array([0.5, -0.05, 0.2, -1.0, 0.01, 2.0])
+        tau = talk.answer(joints, q, v)
+        assert tau is not None, node.output()
+        losses = pm.damping[order] * v + pm.friction[order] * np.tanh(v / 0.1)
+        expected = np.clip(_gravity(DEFAULT_URDF, q, joints) + losses,
+                           -model.effort_limit, model.effort_limit)
+        assert np.abs(losses).max() > 0.5  # the URDF's losses are really in there
+        assert rel_err(tau, expected) <= 1e-9, (tau, expected)
+    finally:
+        _stop(node, talk)
+
+
+@pytest.mark.parametrize("limit", [25.0])
+def test_max_publish_rate_limits_the_commands(tmp_path, limit):
+    node = NodeProcess("rb_dynamics.node", write_params(tmp_path, "rb_dynamics", {
+        "urdf_path": str(DEFAULT_URDF), "max_publish_rate": limit, "state_timeout": 1.0}))
+    talk = Talk()
+    try:
+        joints = load_model(DEFAULT_URDF).actuated_joint_names
+        assert talk.answer(joints, np.zeros(6)) is not None, node.output()
+        talk.peer.wait_for(lambda: False, 0.3)
+        start, sent = time.monotonic(), 0
+        next_send = start
+        while (now := time.monotonic()) - start < 2.0:  # ~250 states per second
+            if now >= next_send:
+                talk.send(joints, np.zeros(6))
+                sent += 1
+                next_send += 0.004
+            talk.peer.executor.spin_once(timeout_sec=0.001)
+        talk.peer.wait_for(lambda: False, 0.2)
+        answered = [t for t, _ in talk.commands if t >= start]
+        assert sent > 4 * 2.0 * limit
+        assert 0.6 * 2.0 * limit <= len(answered) <= 2.0 * limit + 3, (sent, len(answered))
+        assert min(np.diff(answered)) > 0.5 / limit  # no bursts
+    finally:
+        _stop(node, talk)
