@@ -26,12 +26,16 @@ def _simulator(tmp_path, name: str) -> NodeProcess:
     return NodeProcess("rb_dynamics.sim_node", params)
 
 
+def _controller(tmp_path, state_timeout: float) -> NodeProcess:
+    """The control node on the bundled arm, its commands remapped onto the simulator's input."""
+    params = write_params(tmp_path, "rb_dynamics", {"urdf_path": str(DEFAULT_URDF),
+                                                    "state_timeout": state_timeout})
+    return NodeProcess("rb_dynamics.node", params, "-r",
+                       "~/effort_commands:=/rb_simulator/commands")
+
+
 def test_controller_stops_when_the_simulator_dies_and_resumes_with_a_new_one(tmp_path):
-    control = NodeProcess(
-        "rb_dynamics.node",
-        write_params(tmp_path, "rb_dynamics", {"urdf_path": str(DEFAULT_URDF),
-                                               "state_timeout": 0.2}),
-        "-r", "~/effort_commands:=/rb_simulator/commands")
+    control = _controller(tmp_path, state_timeout=0.2)
     sim = _simulator(tmp_path, "first")
     peer = Peer()
     commands: list[float] = []
@@ -70,11 +74,7 @@ def test_a_description_with_other_joints_mid_run_switches_whole(tmp_path):
     """Closed loop on the bundled arm; panda's description arrives mid-run: the node switches
     to panda as a whole (its states now lack panda's joints, so it publishes nothing and says
     so), and switching back resumes the loop. No command ever has another length."""
-    control = NodeProcess(
-        "rb_dynamics.node",
-        write_params(tmp_path, "rb_dynamics", {"urdf_path": str(DEFAULT_URDF),
-                                               "state_timeout": 0.5}),
-        "-r", "~/effort_commands:=/rb_simulator/commands")
+    control = _controller(tmp_path, state_timeout=0.5)
     sim = _simulator(tmp_path, "arm")
     peer = Peer()
     commands: list[tuple[float, int, bool]] = []
