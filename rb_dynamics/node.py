@@ -77,6 +77,10 @@ PARAMETERS: dict[str, tuple[Any, ParameterDescriptor]] = {
     "urdf_path": ("", _descriptor(
         "URDF file used when no description is given as parameter or topic",
         ParameterType.PARAMETER_STRING, read_only=True)),
+    "floating_base": (False, _descriptor(
+        "the URDF root is a free-flyer (legged robots, humanoids): the services take base "
+        "coordinates by the root joint's name; no effort commands (joint_states carry no base "
+        "pose)", ParameterType.PARAMETER_BOOL, read_only=True)),
     "joints": (Parameter.Type.STRING_ARRAY, _descriptor(
         "joints of ~/effort_commands, in order (default: the URDF's actuated joints)",
         ParameterType.PARAMETER_STRING_ARRAY, read_only=True)),
@@ -213,9 +217,11 @@ class DynamicsNode(Node):
 
     def _install(self, source: str, origin: str) -> bool:
         """Load and swap in a new model; on any error keep the old one and say why."""
+        floating = self.get_parameter("floating_base").value
         try:
-            model = load_model(source)
-            controller = self._build_controller(model)
+            model = load_model(source, floating_base=floating)
+            # a free base is not actuated and joint_states do not say where it is: no control
+            controller = None if floating else self._build_controller(model)
         except (URDFError, ControllerError, ValueError) as exc:
             kept = f"; keeping {self.model.name!r}" if self.model is not None else ""
             self.get_logger().error(f"cannot use the description from {origin}: {exc}{kept}")
@@ -229,6 +235,10 @@ class DynamicsNode(Node):
             self._constraints_for(model)
         except ValueError as exc:  # the control law does not use them; the services say so
             self.get_logger().error(f"{exc}; ~/forward_dynamics and ~/simulate will refuse")
+        if controller is None:
+            self.get_logger().info(f"{model.summary().splitlines()[0]} from {origin}; floating "
+                                   "base: serving the dynamics services, publishing no efforts")
+            return True
         self.get_logger().info(
             f"{model.summary().splitlines()[0]} from {origin}; mode "
             f"{self.get_parameter('mode').value}; efforts for {controller.joints} on "
@@ -385,7 +395,8 @@ class DynamicsNode(Node):
     def _on_trajectory(self, msg: JointTrajectory) -> None:
         controller = self.controller
         if controller is None:
-            self._warn("trajectory ignored: no model loaded yet", "trajectory")
+            why = "no model loaded yet" if self.model is None else "a floating-base model"
+            self._warn(f"trajectory ignored: {why}", "trajectory")
             return
         if msg.header.stamp.sec < 0:
             self._warn(f"trajectory: negative header stamp {msg.header.stamp.sec} s; ignored",
@@ -425,8 +436,12 @@ class DynamicsNode(Node):
         stats, self.stats = self.stats, Statistics()
         status = DiagnosticStatus(name=f"{NODE_NAME}: controller", hardware_id=NODE_NAME)
         values = {"model source": self.model_source or "none"}
-        if self.controller is None:
+        if self.model is None:
             status.level, status.message = DiagnosticStatus.WARN, "waiting for a robot description"
+        elif self.controller is None:
+            values["model"] = self.model.name
+            status.level = DiagnosticStatus.OK
+            status.message = "floating base: dynamics services only, no efforts published"
         else:
             c = self.controller
             age = c.state_age(self._now())

@@ -2,7 +2,7 @@
 with ``-r __node:=...``) serving the four dynamics services for one URDF, with the constraints
 declared in its ``constraints.*`` parameters, nothing else.
 
-    python test/services_host.py URDF [--floating-base] [--no-backend] [--gravity X Y Z]
+    python test/services_host.py URDF [--gravity X Y Z]
         --ros-args ...
 
 Kept apart from rb_dynamics/node.py so that the services are tested on their own. A 1 kHz
@@ -29,21 +29,17 @@ def main() -> int:
     ours = sys.argv[1:sys.argv.index("--ros-args")] if "--ros-args" in sys.argv else sys.argv[1:]
     parser = argparse.ArgumentParser()
     parser.add_argument("urdf")
-    parser.add_argument("--floating-base", action="store_true")
-    parser.add_argument("--no-backend", action="store_true")
     parser.add_argument("--gravity", type=float, nargs=3, default=(0.0, 0.0, -9.81))
     options = parser.parse_args(ours)
-    model = load_model(options.urdf, floating_base=options.floating_base,
-                       gravity=options.gravity)
-    backend = None if options.no_backend else compile_dynamics(model)
+    model = load_model(options.urdf, gravity=options.gravity)
+    backend = compile_dynamics(model)
 
     class Host(Node):
         def __init__(self) -> None:
             super().__init__("rb_dynamics")
             self.ticks = 0
             constraints = ConstraintParameters(self).build(model)
-            self.dynamics_services = DynamicsServices(self, lambda: model,
-                                                       None if backend is None else lambda: backend,
+            self.dynamics_services = DynamicsServices(self, lambda: model, lambda: backend,
                                                        lambda _model: constraints)
             self.publisher = self.create_publisher(UInt64, "~/ticks", 10)
             self.create_timer(0.001, self._tick)

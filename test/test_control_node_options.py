@@ -156,3 +156,25 @@ def test_max_publish_rate_limits_the_commands(tmp_path, limit):
         assert min(np.diff(answered)) > 0.5 / limit  # no bursts
     finally:
         _stop(node, talk)
+
+
+def test_a_floating_base_model_serves_and_publishes_no_efforts(tmp_path):
+    """floating_base: the services get the free-flyer model (checked against Pinocchio in
+    test_services.py); joint states are no basis for efforts there, so none are published."""
+    solo = Path(robots_dir(), REAL_ROBOTS["solo12"][0])
+    node = NodeProcess("rb_dynamics.node", write_params(tmp_path, "rb_dynamics", {
+        "urdf_path": str(solo), "floating_base": True, "state_timeout": 1.0}))
+    talk = Talk()
+    try:
+        model = load_model(solo, floating_base=True)
+        actuated = [n for n in model.joint_names if n != "root_joint"]
+        assert talk.peer.wait_for(
+            lambda: any("floating base" in m for _, m in talk.statuses), 5.0), node.output()
+        for _ in range(20):
+            talk.send(actuated, np.zeros(len(actuated)))
+            talk.peer.wait_for(lambda: False, 0.02)
+        talk.peer.wait_for(lambda: False, 0.3)
+        assert not talk.commands
+        assert "publishing no efforts" in node.output()
+    finally:
+        _stop(node, talk)

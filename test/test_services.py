@@ -18,7 +18,7 @@ import pinocchio as pin
 import pytest
 from geometry_msgs.msg import Vector3, Wrench
 from pin_oracle import REAL_ROBOTS, Oracle, rel_err, robots_dir
-from ros_harness import NodeProcess, Peer
+from ros_harness import NodeProcess, Peer, write_params
 from std_msgs.msg import UInt64
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
@@ -51,8 +51,8 @@ class HostProcess(NodeProcess):
 
 
 class Host:
-    def __init__(self, name: str, *args: str):
-        self.process = HostProcess(name, *args)
+    def __init__(self, name: str, *args: str, process: NodeProcess | None = None):
+        self.process = process or HostProcess(name, *args)
         self.peer = Peer(f"{name}_peer")
         self.clients = {service: self.peer.node.create_client(srv, f"{name}/{service}")
                         for service, srv in SERVICES.items()}
@@ -76,8 +76,13 @@ def host():
 
 @pytest.fixture(scope="module")
 def floating_host():
-    # no kernels given: roll-outs compile their own
-    running = Host("rb_dynamics_services_floating", "--floating-base", "--no-backend")
+    """The control node itself with floating_base: services only (it has no kernels of its
+    own then: roll-outs compile theirs)."""
+    name = "rb_dynamics_services_floating"
+    params = write_params(Path(tempfile.mkdtemp()), name,
+                          {"urdf_path": PANDA, "floating_base": True})
+    running = Host(name, process=NodeProcess("rb_dynamics.node", params, "-r",
+                                             f"__node:={name}"))
     yield running
     running.close()
 
