@@ -65,6 +65,7 @@ def test_simulator_keeps_the_loop_closed_for_10_s(tmp_path, urdf_file):
         assert "constraints ['loop']" in node.output()
         worst = max(loop_violation(s.position) for s in states)
         crank = [s.position[0] for s in states]
+        print(f"\nsimulator four-bar, worst loop violation: {worst:.2e} m")
         assert worst <= 1e-6, worst
         assert np.ptp(crank) > 1.0  # it really swings
     finally:
@@ -119,6 +120,7 @@ def test_simulate_service_keeps_the_loop_closed_for_10_s(host):
         positions = [p.positions for p in answer.trajectory.points]
         assert len(positions) == 501
         worst = max(loop_violation(q) for q in positions)
+        print(f"\n~/simulate four-bar, worst loop violation: {worst:.2e} m")
         assert worst <= 1e-6 and answer.max_constraint_violation <= 1e-6, worst
         assert answer.max_constraint_violation == pytest.approx(worst, rel=1e-3, abs=1e-12)
         assert np.ptp([q[0] for q in positions]) > 1.0
