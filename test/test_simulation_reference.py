@@ -80,6 +80,7 @@ def test_falling_chain_agrees_with_pinocchio_integrated_the_same_way(n, alternat
             pin.framesForwardKinematics(pm, pd, q_pin)
             ref = pd.oMf[fid].act(com_local)[2]
             worst, lowest = max(worst, abs(ours - ref)), min(lowest, ref)
+    print(f"\ntest_falling_chain_agrees_with_pinocchio_integrated_the_same_way: worst {worst:.2e}")
     assert worst <= 1e-6, worst
     assert lowest < -0.1  # it really fell (from z = 0)
 
@@ -110,6 +111,7 @@ def test_free_panda_keeps_its_energy_for_10_s_with_rk4():
         q, v = s.q, s.v
         if k % 100 == 99:
             worst = max(worst, abs(energy(q, v) - e0) / abs(e0))
+    print(f"\ntest_free_panda_keeps_its_energy_for_10_s_with_rk4: worst {worst:.2e}")
     assert worst <= 1e-6, worst
 
 
@@ -133,4 +135,5 @@ def test_roll_out_agrees_with_mujoco(n, alternate):
                  losses=False, limits=False)
         q, v = s.q, s.v
         worst = max(worst, float(np.abs(mj_data.qpos - q).max()))
+    print(f"\ntest_roll_out_agrees_with_mujoco: worst {worst:.2e}")
     assert worst < 1e-8, worst
