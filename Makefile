@@ -1,7 +1,11 @@
 # Everything runs from ./.venv, set up by scripts/setup_env.sh (idempotent: seconds when done).
 .PHONY: setup run test bench lint clean
 
-VENV := .venv
+# ROS 2 wheels from PyPI: jazzy (LTS, default) or kilted, each in its own venv
+ROS_WHEELS ?= jazzy
+export ROS_WHEELS
+VENV := $(CURDIR)/$(if $(filter jazzy,$(ROS_WHEELS)),.venv,.venv-$(ROS_WHEELS))
+export VENV
 PY := $(VENV)/bin/python
 
 # DDS stays on loopback, on a random domain, logging inside build/

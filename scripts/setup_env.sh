@@ -2,18 +2,19 @@
 # Sets up everything rb_dynamics needs on a machine without ROS, in ./.venv:
 #   1. checks Python >= 3.10 (with venv and headers), a C/C++ compiler, make, cmake
 #   2. creates .venv
-#   3. installs the pinned ROS 2 Jazzy wheels and tools (requirements/*.txt), then
+#   3. installs the pinned ROS 2 Jazzy (or Kilted) wheels and tools (requirements/*.txt), then
 #      rewrites the wheels' foreign include paths in $VENV/share/*/cmake/*.cmake
 #   4. builds rb_dynamics_interfaces with colcon, installed into .venv (no sourcing needed)
 #   5. installs rb_dynamics into .venv (pip install -e .)
 # Each step is skipped when a stamp in .venv/.stamps matches the hash of its inputs, so a second
 # run with nothing changed takes a second or two. Variables: PYTHON (interpreter to use),
-# VENV (default ./.venv).
+# VENV (default ./.venv), ROS_WHEELS (jazzy, the default, or kilted).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 VENV=${VENV:-$ROOT/.venv}
+ROS_WHEELS=${ROS_WHEELS:-jazzy}
 BUILD=$ROOT/build
 LOGS=$BUILD/setup_logs
 STAMPS=$VENV/.stamps
@@ -40,6 +41,11 @@ export ROS_DOMAIN_ID=${ROS_DOMAIN_ID:-$((50 + RANDOM % 150))}
 export ROS_LOG_DIR=${ROS_LOG_DIR:-$BUILD/ros_log}
 
 mkdir -p "$LOGS"
+case $ROS_WHEELS in
+  jazzy) ROS_REQUIREMENTS=requirements/ros-jazzy.txt LOCK=requirements/lock.txt ;;
+  kilted) ROS_REQUIREMENTS=requirements/ros-kilted.txt LOCK=requirements/lock-kilted.txt ;;
+  *) die "ROS_WHEELS must be jazzy or kilted (the ROS 2 wheels on PyPI), not '$ROS_WHEELS'" ;;
+esac
 if command -v flock >/dev/null; then  # two `make` at once wait for each other
   exec 9>"$BUILD/setup.lock"
   flock 9
@@ -87,14 +93,14 @@ VPY=$VENV/bin/python
 PIP=("$VPY" -m pip install --disable-pip-version-check --no-input)
 
 # ---------------------------------------------------------------- 3. pinned packages
-REQ_HASH=$( { hash_of requirements/*.txt; "$VPY" -VV; echo "$CMAKE_SOURCE"; } | sha256sum | cut -c1-16)
+REQ_HASH=$( { hash_of requirements/*.txt; "$VPY" -VV; echo "$CMAKE_SOURCE $ROS_WHEELS"; } |
+  sha256sum | cut -c1-16)
 if stamp_ok requirements "$REQ_HASH"; then
   step "packages: up to date (requirements/*.txt unchanged)"
 else
-  step "packages: installing ROS 2 Jazzy wheels, numpy, scipy, pin, pytest, ruff, colcon..." \
+  step "packages: installing ROS 2 $ROS_WHEELS wheels, numpy, scipy, pin, pytest, ruff, colcon..." \
        "(about a minute when nothing is cached)"
-  run_logged pip-install "${PIP[@]}" -c requirements/lock.txt \
-    -r requirements/ros-jazzy.txt -r requirements/dev.txt
+  run_logged pip-install "${PIP[@]}" -c "$LOCK" -r "$ROS_REQUIREMENTS" -r requirements/dev.txt
   case $CMAKE_SOURCE in
     venv*) step "packages: no usable system cmake: installing the cmake wheel into the venv"
            run_logged pip-cmake "${PIP[@]}" -r requirements/cmake.txt ;;
@@ -158,5 +164,5 @@ else
   stamp_set package "$PKG_HASH"
 fi
 
-step "ready in $((SECONDS - START)) s: $VENV (ROS 2 Jazzy wheels, rb_dynamics_interfaces," \
+step "ready in $((SECONDS - START)) s: $VENV (ROS 2 $ROS_WHEELS wheels, rb_dynamics_interfaces," \
      "rb_dynamics); no sourcing needed, use $VENV/bin/python"
