@@ -30,10 +30,11 @@ from pin_oracle import REAL_ROBOTS, robots_dir  # noqa: E402
 
 ECHO = """
 import sys
+from itertools import chain
 import rclpy
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
-from rb_dynamics.ros_runtime import run_node
+from rb_dynamics.ros_runtime import run_node, take_queued
 
 class Echo(rclpy.node.Node):
     # answers each state at once, draining the queue the way our node does
@@ -44,11 +45,8 @@ class Echo(rclpy.node.Node):
         self.sub = self.create_subscription(JointState, "joint_states", self.echo, 100)
 
     def echo(self, msg):
-        while msg is not None:
-            self.pub.publish(Float64MultiArray(data=list(msg.position)))
-            with self.sub.handle:
-                taken = self.sub.handle.take_message(self.sub.msg_type, self.sub.raw)
-            msg = None if taken is None else taken[0]
+        for state in chain([msg], take_queued(self.sub)):  # answer one, then take the next
+            self.pub.publish(Float64MultiArray(data=list(state.position)))
 
 sys.exit(run_node(Echo))
 """
@@ -84,6 +82,8 @@ def measure(cmd: list[str], joints: list[str], configurations: np.ndarray, secon
     from std_msgs.msg import Float64MultiArray
     from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
+    from rb_dynamics.node import read_totals
+
     proc = _start(cmd)
     context = rclpy.Context()
     rclpy.init(context=context)
@@ -93,18 +93,15 @@ def measure(cmd: list[str], joints: list[str], configurations: np.ndarray, secon
     qos = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
     pub = node.create_publisher(JointState, "joint_states", qos)
     received: list[tuple[float, np.ndarray]] = []
-    totals: list[tuple[float, dict[str, int]]] = []
+    totals: list[tuple[float, dict[str, float]]] = []
     node.create_subscription(
         Float64MultiArray, "rb_dynamics/effort_commands",
         lambda m: received.append((time.perf_counter(), np.array(m.data))), qos)
 
     def on_diagnostics(msg):
         for status in msg.status:
-            values = {kv.key: kv.value for kv in status.values}
-            if "states received (total)" in values:
-                totals.append((time.perf_counter(), {
-                    "received": int(values["states received (total)"]),
-                    "superseded": int(values["states superseded (total)"])}))
+            if (entry := read_totals(status)) is not None:
+                totals.append((time.perf_counter(), entry))
 
     node.create_subscription(DiagnosticArray, "/diagnostics", on_diagnostics, 10)
     messages = [JointState(name=joints, position=[float(x) for x in q],

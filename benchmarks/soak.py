@@ -62,6 +62,9 @@ def main() -> int:
     from sensor_msgs.msg import JointState
     from std_msgs.msg import Float64MultiArray
 
+    from rb_dynamics.node import read_totals
+    from rb_dynamics.ros_runtime import take_queued
+
     sim = _spawn("rb_dynamics.sim_node", {
         "urdf_path": str(args.urdf), "publish_rate": 1000.0, "time_step": 0.001,
         "command_timeout": 0.5}, [], log_dir)
@@ -77,35 +80,20 @@ def main() -> int:
     stamps: list[int] = []  # ns, of every state the monitor saw
     totals: list[tuple[float, dict]] = []  # (monotonic, the control node's running totals)
 
-    def drained(subscription, msg):
-        """This message and whatever queued behind it: one executor pass costs ~0.5 ms of
-        CPU, which the monitor would otherwise take from the two nodes it watches."""
-        while msg is not None:
-            yield msg
-            with subscription.handle:
-                taken = subscription.handle.take_message(subscription.msg_type,
-                                                         subscription.raw)
-            msg = None if taken is None else taken[0]
-
+    # each callback also takes what queued behind its message: an executor pass costs ~0.5 ms
+    # of CPU, which the monitor would otherwise take from the two nodes it watches
     def on_state(msg):
-        for state in drained(state_sub, msg):
+        for state in (msg, *take_queued(state_sub)):
             states[0] += 1
             stamps.append(state.header.stamp.sec * 1_000_000_000 + state.header.stamp.nanosec)
 
     def on_diagnostics(msg):
         for status in msg.status:
-            values = {kv.key: kv.value for kv in status.values}
-            if "states received (total)" in values:
-                totals.append((time.monotonic(), {
-                    "received": int(values["states received (total)"]),
-                    "superseded": int(values["states superseded (total)"]),
-                    "commands": int(values["commands (total)"]),
-                    "stamp": int(values["newest state stamp (ns)"]),
-                    "age_p99_ms": float(values.get("state age at command p99 (ms)", "nan"))}))
+            if (entry := read_totals(status)) is not None:
+                totals.append((time.monotonic(), entry))
 
-    def on_command(msg):
-        for _ in drained(command_sub, msg):
-            commands[0] += 1
+    def on_command(_msg):
+        commands[0] += 1 + sum(1 for _ in take_queued(command_sub))
 
     state_sub = node.create_subscription(JointState, "joint_states", on_state, qos)
     command_sub = node.create_subscription(Float64MultiArray, f"/{SIM}/commands", on_command,

@@ -54,10 +54,26 @@ from .constraint_params import ConstraintParameters
 from .constraints import ConstraintSet
 from .control import CONTROL_MODES, ControllerError, JointController, TrajectoryPoint
 from .model import Model, URDFError, load_model
+from .ros_runtime import take_queued
 from .services import DynamicsServices
 
 NODE_NAME = "rb_dynamics"
 WARN_PERIOD_S = 2.0
+# /diagnostics keys of the running totals, so that a monitor can account for every state
+TOTALS_KEYS = {"received": "states received (total)", "superseded": "states superseded (total)",
+               "commands": "commands (total)", "stamp": "newest state stamp (ns)"}
+STATE_AGE_P99_KEY = "state age at command p99 (ms)"
+
+
+def read_totals(status: DiagnosticStatus) -> dict[str, float] | None:
+    """This node's running totals (and the period's state-age p99, NaN when none) from one of
+    its diagnostic statuses; None for any other status."""
+    values = {kv.key: kv.value for kv in status.values}
+    if TOTALS_KEYS["received"] not in values:
+        return None
+    totals: dict[str, float] = {name: int(values[key]) for name, key in TOTALS_KEYS.items()}
+    totals["age_p99_ms"] = float(values.get(STATE_AGE_P99_KEY, "nan"))
+    return totals
 MODE_NAMES = {"gravity_compensation": "gravity", "computed_torque": "computed_torque"}
 assert set(MODE_NAMES.values()) == set(CONTROL_MODES)
 
@@ -327,15 +343,10 @@ class DynamicsNode(Node):
         # rclpy spin costs ~0.5 ms, a take a few µs); a command for an older state is stale
         # before it is sent, and answering a backlog would keep the loop a backlog behind.
         count = 1
-        for _ in range(1000):
-            with self.state_sub.handle:
-                taken = self.state_sub.handle.take_message(self.state_sub.msg_type,
-                                                           self.state_sub.raw)
-            if taken is None:
-                break
-            msg = taken[0]
-            self.stats.skipped += 1
+        for newer in take_queued(self.state_sub):
+            msg = newer
             count += 1
+        self.stats.skipped += count - 1
         self.received_total += count
         self.superseded_total += count - 1
         self.newest_stamp_ns = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
@@ -428,7 +439,7 @@ class DynamicsNode(Node):
             return {}
         ages = 1e3 * self._state_ages[:count]
         return {"state age at command mean (ms)": f"{ages.mean():.4f}",
-                "state age at command p99 (ms)": f"{np.percentile(ages, 99):.4f}",
+                STATE_AGE_P99_KEY: f"{np.percentile(ages, 99):.4f}",
                 "state age at command max (ms)": f"{ages.max():.4f}",
                 "state ages (count)": str(count)}
 
@@ -453,10 +464,10 @@ class DynamicsNode(Node):
                 "compute mean (ms)": f"{1e3 * stats.compute_total / max(stats.commands, 1):.4f}",
                 "compute max (ms)": f"{1e3 * stats.compute_max:.4f}",
                 "clamped joints": ", ".join(sorted(stats.clamped)) or "none",
-                "states received (total)": str(self.received_total),
-                "states superseded (total)": str(self.superseded_total),
-                "commands (total)": str(self.commands_total),
-                "newest state stamp (ns)": str(self.newest_stamp_ns),
+                TOTALS_KEYS["received"]: str(self.received_total),
+                TOTALS_KEYS["superseded"]: str(self.superseded_total),
+                TOTALS_KEYS["commands"]: str(self.commands_total),
+                TOTALS_KEYS["stamp"]: str(self.newest_stamp_ns),
                 **self._age_report(stats.ages),
             })
             if not math.isfinite(age):

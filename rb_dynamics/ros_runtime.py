@@ -8,12 +8,28 @@ from __future__ import annotations
 
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import rclpy
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
+from rclpy.subscription import Subscription
+
+
+def take_queued(subscription: Subscription, limit: int = 1000) -> Iterator[Any]:
+    """The messages already queued on ``subscription``, oldest first, at most ``limit``.
+
+    Taken directly: one executor pass costs ~0.5 ms of CPU here, a take a few µs, so a callback
+    that wants only the newest message (or all of them at once) drains the queue itself.
+    """
+    for _ in range(limit):
+        with subscription.handle:
+            taken = subscription.handle.take_message(subscription.msg_type, subscription.raw)
+        if taken is None:
+            return
+        yield taken[0]
 
 
 def run_node(factory: Callable[..., Node], args: list[str] | None = None) -> int:

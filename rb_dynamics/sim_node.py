@@ -34,6 +34,7 @@ from rb_dynamics_interfaces.srv import SetState
 from .codegen import compile_dynamics
 from .constraint_params import ConstraintParameters
 from .model import load_model
+from .ros_runtime import take_queued
 from .simulation import INTEGRATORS, Simulator
 
 DEFAULT_URDF = Path(__file__).resolve().parent / "urdf" / "default_arm.urdf"
@@ -206,13 +207,8 @@ class SimulatorNode(Node):
         # A driver applies the newest command: collapse whatever queued up behind this one.
         # In lock-step this also keeps one step per answer after a burst (say, the answers to
         # states published while paused), instead of stepping on a backlog of stale commands.
-        while True:
-            with self.command_sub.handle:
-                taken = self.command_sub.handle.take_message(self.command_sub.msg_type,
-                                                             self.command_sub.raw)
-            if taken is None:
-                break
-            msg = taken[0]
+        for newer in take_queued(self.command_sub):
+            msg = newer
         data = np.asarray(msg.data, dtype=float)
         if data.shape != (len(self.joints),):
             self._warn(f"~/commands: got {data.size} values, expected {len(self.joints)} "

@@ -29,6 +29,21 @@ def write_params(directory: Path, node_name: str, params: dict) -> Path:
     return path
 
 
+def answer_after(peer: Peer, send: Callable[[], None], answers: list, timeout: float = 5.0):
+    """Send the same message every 0.1 s until answers come; the last one is returned.
+
+    Every message sent is the same, and DDS keeps one writer's order, so once the answers to
+    messages still in flight have arrived the last answer is this message's. None on timeout.
+    """
+    before = len(answers)
+    for _ in range(int(timeout / 0.1)):
+        send()
+        if peer.wait_for(lambda: len(answers) > before, 0.1):
+            peer.wait_for(lambda: False, 0.15)
+            return answers[-1]
+    return None
+
+
 class NodeProcess:
     """A node of this package in its own process, stopped by SIGINT then SIGKILL."""
 

@@ -17,7 +17,7 @@ from rcl_interfaces.msg import Parameter as ParameterMsg
 from rcl_interfaces.msg import ParameterType, ParameterValue
 from rcl_interfaces.srv import SetParametersAtomically
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
-from ros_harness import NodeProcess, Peer, write_params
+from ros_harness import NodeProcess, Peer, answer_after, write_params
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
@@ -58,18 +58,10 @@ class Rig:
         self.states.publish(msg)
 
     def command_after(self, names, q, v=None, timeout=5.0) -> np.ndarray | None:
-        """Publish a state until commands answer it; the answer to the last one is returned.
-
-        Every state sent here is the same, and DDS keeps one writer's order, so once the
-        answers to states still in flight have arrived the last command is this state's.
-        """
-        before = len(self.commands)
-        for _ in range(int(timeout / 0.1)):
-            self.send_state(names, q, v)
-            if self.peer.wait_for(lambda: len(self.commands) > before, 0.1):
-                self.peer.wait_for(lambda: False, 0.15)
-                return np.array(self.commands[-1].data)
-        return None
+        """Publish a state until commands answer it; the command answering it, or None."""
+        answer = answer_after(self.peer, lambda: self.send_state(names, q, v), self.commands,
+                              timeout)
+        return None if answer is None else np.array(answer.data)
 
     def set(self, **values):
         params = []

@@ -12,7 +12,7 @@ import pytest
 from diagnostic_msgs.msg import DiagnosticArray
 from pin_oracle import REAL_ROBOTS, rel_err, robots_dir
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
-from ros_harness import NodeProcess, Peer, write_params
+from ros_harness import NodeProcess, Peer, answer_after, write_params
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
 
@@ -46,14 +46,9 @@ class Talk:
         self.states.publish(msg)
 
     def answer(self, names, q, v=None, timeout=8.0) -> np.ndarray | None:
-        """Send the same state until commands come; the last one answers it (in-order DDS)."""
-        before = len(self.commands)
-        for _ in range(int(timeout / 0.1)):
-            self.send(names, q, v)
-            if self.peer.wait_for(lambda: len(self.commands) > before, 0.1):
-                self.peer.wait_for(lambda: False, 0.15)
-                return self.commands[-1][1]
-        return None
+        """Send the same state until commands come; the command answering it, or None."""
+        answer = answer_after(self.peer, lambda: self.send(names, q, v), self.commands, timeout)
+        return None if answer is None else answer[1]
 
 
 def _stop(node: NodeProcess, talk: Talk) -> None:
