@@ -131,7 +131,7 @@ def test_steps_on_an_external_clock_with_use_sim_time(tmp_path):
     node = NodeProcess("rb_dynamics.sim_node", params)
     peer = Peer("clock_peer")
     states: list[JointState] = []
-    peer.node.create_subscription(JointState, "joint_states", states.append, 500)
+    state_sub = peer.node.create_subscription(JointState, "joint_states", states.append, 500)
     clock = peer.node.create_publisher(Clock, "/clock", 10)
 
     def tick(seconds: float) -> None:
@@ -143,6 +143,10 @@ def test_steps_on_an_external_clock_with_use_sim_time(tmp_path):
 
     start = 100.0
     try:
+        # a standing clock publishes one state: both routes must be matched before it
+        assert peer.wait_for(lambda: state_sub.get_publisher_count() > 0
+                             and clock.get_subscription_count() > 0, 15), node.output()
+        peer.wait_for(lambda: False, 0.3)  # the other side of each match, too
         assert peer.wait_for(lambda: tick(start) or bool(states), 15), node.output()
         peer.wait_for(lambda: False, 0.3)  # wall time passes, the clock does not
         np.testing.assert_array_equal(states[-1].position, Q0)
