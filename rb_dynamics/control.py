@@ -224,12 +224,12 @@ class TrajectorySampler:
 
     def sample(self, now: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
         """(q_d, q̇_d, q̈_d, finished) at time ``now``; after the end the last point is held."""
-        t = now - self.start_time
+        # before the start (a state stamped before the trajectory arrived) is the start
+        t = max(now - self.start_time, 0.0)
         last = self.points[-1]
         if t >= last.time:
             hold = np.zeros_like(last.positions)
             return np.asarray(last.positions, float).copy(), hold, hold.copy(), True
-        t = max(t, 0.0)
         before = self.start
         for point in self.points:
             if t < point.time:

@@ -51,16 +51,18 @@ class Rig:
         assert self.peer.wait_for(lambda: publisher.get_subscription_count() > 0, 5.0)
         publisher.publish(msg)
 
-    def send_state(self, names, q, v=None):
+    def send_state(self, names, q, v=None, stamp_ns: int = 0):
         msg = JointState(name=list(names), position=[float(x) for x in q])
         if v is not None:
             msg.velocity = [float(x) for x in v]
+        msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(stamp_ns, 1_000_000_000)
         self.states.publish(msg)
 
-    def command_after(self, names, q, v=None, timeout=5.0) -> np.ndarray | None:
+    def command_after(self, names, q, v=None, timeout=5.0, stamp_ns: int = 0
+                      ) -> np.ndarray | None:
         """Publish a state until commands answer it; the command answering it, or None."""
-        answer = answer_after(self.peer, lambda: self.send_state(names, q, v), self.commands,
-                              timeout)
+        answer = answer_after(self.peer, lambda: self.send_state(names, q, v, stamp_ns),
+                              self.commands, timeout)
         return None if answer is None else np.array(answer.data)
 
     def set(self, **values):
@@ -141,6 +143,28 @@ def test_computed_torque_equals_pinocchio_rnea_and_gains_are_validated(rig):
     ref = pin.rnea(pm, pd, q, v, a_cmd)[_pin_order(pm, joints)]
     ref = np.clip(ref, -model.effort_limit, model.effort_limit)
     assert rel_err(tau, ref) <= 1e-9, (tau, ref, rig.node.output())
+
+
+def test_a_state_stamped_before_the_set_point_arrived_is_answered_toward_it(rig):
+    """The reference is sampled at the state's stamp: one from before the set-point came is
+    sampled at the set-point's start (this once raised inside the control loop)."""
+    model = load_model(UR5)
+    pm, pd = _pin(UR5)
+    joints = model.actuated_joint_names
+    assert rig.command_after(joints, np.zeros(6)) is not None, rig.node.output()
+    assert rig.set(mode="computed_torque")[0].successful
+    q_goal = np.array([0.2, -1.0, 1.1, -0.3, 0.4, 0.5])
+    stamp_ns = rig.peer.node.get_clock().now().nanoseconds  # measured before the set-point
+    rig.publish_matched(rig.trajectory, JointTrajectory(
+        joint_names=joints, points=[JointTrajectoryPoint(positions=q_goal.tolist())]))
+    rig.peer.wait_for(lambda: False, 0.3)
+    q = np.array([0.1, -1.2, 1.0, -0.5, 0.3, 0.2])
+    tau = rig.command_after(joints, q, np.zeros(6), stamp_ns=stamp_ns)
+    assert tau is not None, rig.node.output()
+    ref = pin.rnea(pm, pd, q, np.zeros(6), 100.0 * (q_goal - q))[_pin_order(pm, joints)]
+    ref = np.clip(ref, -model.effort_limit, model.effort_limit)
+    assert rel_err(tau, ref) <= 1e-9, (tau, ref, rig.node.output())
+    assert rig.node.proc.poll() is None
 
 
 def test_bad_states_publish_nothing_and_are_reported(rig):

@@ -176,6 +176,15 @@ def test_single_point_trajectory_is_a_set_point():
     sampler = TrajectorySampler([TrajectoryPoint(0.0, [1.0, 2.0])], 0.0, np.zeros(2))
     pos, vel, _, done = sampler.sample(0.0)
     assert done and pos.tolist() == [1.0, 2.0] and not vel.any()
+    # a state stamped before the set-point arrived samples it too (this used to raise)
+    pos, vel, _, done = sampler.sample(-0.002)
+    assert done and pos.tolist() == [1.0, 2.0] and not vel.any()
+
+
+def test_sampling_before_the_start_gives_the_start():
+    sampler = TrajectorySampler([TrajectoryPoint(1.0, [1.0, 2.0])], 5.0, np.array([0.5, 0.5]))
+    pos, vel, _, done = sampler.sample(4.0)
+    assert not done and pos.tolist() == [0.5, 0.5]
 
 
 @pytest.mark.parametrize(
