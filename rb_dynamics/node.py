@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,7 +55,7 @@ from .constraint_params import ConstraintParameters
 from .constraints import ConstraintSet
 from .control import CONTROL_MODES, ControllerError, JointController, TrajectoryPoint
 from .model import Model, URDFError, load_model
-from .ros_runtime import take_queued
+from .ros_runtime import SpinThread, take_queued
 from .services import DynamicsServices
 
 NODE_NAME = "rb_dynamics"
@@ -165,10 +166,21 @@ class DynamicsNode(Node):
         # control path does not allocate; a period holds at most this many commands
         self._state_ages = np.zeros(4096)
 
-        self.effort_pub = self.create_publisher(Float64MultiArray, "~/effort_commands", 100)
+        # The control loop (joint_states in, efforts out) lives in a small node of its own,
+        # spun on its own thread: it neither pays for this node's services, parameter
+        # services and timer on every executor pass, nor waits behind a long service call.
+        # Its topic names are resolved here, so this node's remappings and namespace apply.
+        # The lock keeps the controller consistent between the two threads.
+        self._lock = threading.Lock()
+        loop = Node(f"{self.get_name()}_control_loop", namespace=self.get_namespace(),
+                    context=self.context, use_global_arguments=False,
+                    start_parameter_services=False, enable_rosout=False)
+        self.effort_pub = loop.create_publisher(
+            Float64MultiArray, self.resolve_topic_name("~/effort_commands"), 100)
+        self.state_sub = loop.create_subscription(
+            JointState, self.resolve_topic_name("joint_states"), self._on_joint_state,
+            self._joint_states_qos())
         self.diagnostics_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        self.state_sub = self.create_subscription(JointState, "joint_states",
-                                                  self._on_joint_state, self._joint_states_qos())
         self.create_subscription(JointTrajectory, "~/trajectory", self._on_trajectory, 10)
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL,
                              reliability=ReliabilityPolicy.RELIABLE,
@@ -192,6 +204,11 @@ class DynamicsNode(Node):
             else:
                 self.get_logger().info("waiting for a robot description (robot_description "
                                        "parameter, /robot_description topic or urdf_path)")
+        self._control_loop = SpinThread(loop, "control loop")
+
+    def destroy_node(self) -> None:
+        self._control_loop.stop()
+        super().destroy_node()
 
     # ------------------------------------------------------------------ model
 
@@ -243,8 +260,8 @@ class DynamicsNode(Node):
             self.get_logger().error(f"cannot use the description from {origin}: {exc}{kept}")
             self.stats.last_problem = f"description refused: {exc}"
             return False
-        # a single-threaded executor runs callbacks one at a time: this swap is atomic
-        self.model, self.controller, self.model_source = model, controller, origin
+        with self._lock:
+            self.model, self.controller, self.model_source = model, controller, origin
         for warning in model.warnings:
             self.get_logger().warning(warning)
         try:
@@ -304,21 +321,22 @@ class DynamicsNode(Node):
                 kp = c.gain_vector(self._gains(changes["kp"]), "kp")
             if c is not None and "kd" in changes:
                 kd = c.gain_vector(self._gains(changes["kd"]), "kd")
-            if c is not None:  # every change is valid: apply them together
-                c.kp = c.kp if kp is None else kp
-                c.kd = c.kd if kd is None else kd
-                if "mode" in changes:
-                    c.set_mode(MODE_NAMES[changes["mode"]])
-                    self._hold_reported = False
-                if "friction_compensation" in changes:
-                    c.friction_compensation = bool(changes["friction_compensation"])
-                if "state_timeout" in changes:
-                    c.max_state_age = changes["state_timeout"]
-                if "effort_scale" in changes:
-                    c.effort_scale = changes["effort_scale"]
-            if "max_publish_rate" in changes:
-                rate = changes["max_publish_rate"]
-                self._min_period = 1.0 / rate if rate > 0 else 0.0
+            with self._lock:  # every change is valid: the control loop sees all or none
+                if c is not None:
+                    c.kp = c.kp if kp is None else kp
+                    c.kd = c.kd if kd is None else kd
+                    if "mode" in changes:
+                        c.set_mode(MODE_NAMES[changes["mode"]])
+                        self._hold_reported = False
+                    if "friction_compensation" in changes:
+                        c.friction_compensation = bool(changes["friction_compensation"])
+                    if "state_timeout" in changes:
+                        c.max_state_age = changes["state_timeout"]
+                    if "effort_scale" in changes:
+                        c.effort_scale = changes["effort_scale"]
+                if "max_publish_rate" in changes:
+                    rate = changes["max_publish_rate"]
+                    self._min_period = 1.0 / rate if rate > 0 else 0.0
         except (ControllerError, ValueError, URDFError) as exc:
             self.get_logger().warning(f"parameter change refused: {exc}")
             return SetParametersResult(successful=False, reason=str(exc))
@@ -346,11 +364,13 @@ class DynamicsNode(Node):
         for newer in take_queued(self.state_sub):
             msg = newer
             count += 1
-        self.stats.skipped += count - 1
-        self.received_total += count
-        self.superseded_total += count - 1
-        self.newest_stamp_ns = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
-        self._control(msg)
+        with self._lock:
+            self.stats.skipped += count - 1
+            self.received_total += count
+            self.superseded_total += count - 1
+            self.newest_stamp_ns = (msg.header.stamp.sec * 1_000_000_000
+                                    + msg.header.stamp.nanosec)
+            self._control(msg)
 
     def _control(self, msg: JointState) -> None:
         controller = self.controller
@@ -423,7 +443,8 @@ class DynamicsNode(Node):
         stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
         start = stamp if stamp > 0 else self._now()  # a zero stamp means "now" (as in ROS 2 JTC)
         try:
-            controller.set_trajectory(list(msg.joint_names), points, start)
+            with self._lock:
+                controller.set_trajectory(list(msg.joint_names), points, start)
         except ControllerError as exc:
             self._warn(f"{exc}; ignored", "trajectory")
             return
@@ -444,7 +465,9 @@ class DynamicsNode(Node):
                 "state ages (count)": str(count)}
 
     def _publish_diagnostics(self) -> None:
-        stats, self.stats = self.stats, Statistics()
+        with self._lock:
+            stats, self.stats = self.stats, Statistics()
+            ages = self._age_report(stats.ages)
         status = DiagnosticStatus(name=f"{NODE_NAME}: controller", hardware_id=NODE_NAME)
         values = {"model source": self.model_source or "none"}
         if self.model is None:
@@ -468,7 +491,7 @@ class DynamicsNode(Node):
                 TOTALS_KEYS["superseded"]: str(self.superseded_total),
                 TOTALS_KEYS["commands"]: str(self.commands_total),
                 TOTALS_KEYS["stamp"]: str(self.newest_stamp_ns),
-                **self._age_report(stats.ages),
+                **ages,
             })
             if not math.isfinite(age):
                 status.level, status.message = DiagnosticStatus.WARN, "no joint state received"
@@ -495,6 +518,9 @@ class DynamicsNode(Node):
 def main(args: list[str] | None = None) -> int:
     from .ros_runtime import run_node
 
+    # The control loop thread waits for the GIL while a long service call (~/simulate) runs
+    # Python on the main thread: switch every 0.5 ms rather than every 5 ms.
+    sys.setswitchinterval(5e-4)
     return run_node(DynamicsNode, args)
 
 

@@ -7,6 +7,8 @@ compared with ``rb_dynamics.dynamics`` computed here on the same model.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 from geometry_msgs.msg import Vector3, Wrench
@@ -17,7 +19,7 @@ from std_msgs.msg import Float64MultiArray
 from rb_dynamics import DEFAULT_URDF
 from rb_dynamics.dynamics import aba, gravity, rnea
 from rb_dynamics.model import load_model
-from rb_dynamics_interfaces.srv import ForwardDynamics, InverseDynamics
+from rb_dynamics_interfaces.srv import ForwardDynamics, InverseDynamics, Simulate
 
 MODEL = load_model(str(DEFAULT_URDF))
 JOINTS = list(MODEL.joint_names)
@@ -200,3 +202,35 @@ def test_a_bad_urdf_is_reported_and_the_node_keeps_running(tmp_path):
             r.node.output()
     finally:
         stop(r)
+
+
+def test_the_control_loop_keeps_answering_during_a_long_simulate_call(running):
+    """The control loop runs on its own thread: a ~/simulate call lasting seconds on the
+    services' thread does not hold back the efforts the arm is waiting for."""
+    simulate = running.peer.node.create_client(Simulate, "rb_dynamics/simulate")
+    assert simulate.wait_for_service(timeout_sec=15.0)
+    running.peer.wait_for(lambda: False, 0.3)  # let the response writer match (harness note)
+    q, _, _ = random_state()
+    assert running.gravity_for(JointState(name=JOINTS, position=q.tolist())) is not None
+    request = Simulate.Request(joint_names=JOINTS, positions=q.tolist(), duration=20.0,
+                               time_step=0.001, integrator="rk4", output_decimation=1000)
+    arrivals: list[float] = []
+    running.peer.node.create_subscription(
+        Float64MultiArray, "rb_dynamics/effort_commands",
+        lambda _msg: arrivals.append(time.monotonic()), 100)
+    started = time.monotonic()
+    future = simulate.call_async(request)
+    state = JointState(name=JOINTS, position=q.tolist())
+    sent = 0
+    while not future.done() and time.monotonic() - started < 60.0:
+        running.states.publish(state)  # ~50 Hz, as a slow driver would
+        sent += 1
+        running.peer.wait_for(lambda: False, 0.005)
+    busy = time.monotonic() - started
+    assert future.done() and future.result().success, running.node.output()
+    during = np.array([t for t in arrivals if t < started + busy])
+    assert busy > 1.0, f"simulate took only {busy:.2f} s: too short to tell"
+    gaps = np.diff(np.concatenate([[started], during]))
+    print(f"simulate busy {busy:.2f} s: {len(during)} commands for {sent} states, "
+          f"largest gap {1e3 * gaps.max():.1f} ms")
+    assert len(during) >= 0.9 * sent and gaps.max() < 0.1
