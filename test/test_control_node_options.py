@@ -173,3 +173,30 @@ def test_a_floating_base_model_serves_and_publishes_no_efforts(tmp_path):
         assert "publishing no efforts" in node.output()
     finally:
         _stop(node, talk)
+
+
+def test_namespace_node_name_and_remappings_reach_the_control_loop():
+    """The control loop's companion node resolves nothing itself: the main node's namespace,
+    name and remappings decide where joint states come from and efforts go."""
+    node = NodeProcess("rb_dynamics.node", None, "-p", f"urdf_path:={UR5}",
+                       "-r", "__ns:=/robot1", "-r", "__node:=arm",
+                       "-r", "joint_states:=/driver/joint_states",
+                       "-r", "~/effort_commands:=/arm_controller/commands")
+    peer = Peer()
+    commands: list[Float64MultiArray] = []
+    peer.node.create_subscription(Float64MultiArray, "/arm_controller/commands",
+                                  commands.append, 10)
+    states = peer.node.create_publisher(JointState, "/driver/joint_states", 10)
+    try:
+        joints = load_model(UR5).actuated_joint_names
+        q = np.array([0.3, -0.8, 0.9, -0.2, 0.5, 0.1])
+        answer = answer_after(peer, lambda: states.publish(
+            JointState(name=joints, position=q.tolist())), commands, 8.0)
+        assert answer is not None, node.output()
+        assert rel_err(np.array(answer.data), _gravity(UR5, q, joints)) <= 1e-9
+        names = set(peer.node.get_node_names_and_namespaces())
+        assert {("arm", "/robot1"), ("arm_control_loop", "/robot1")} <= names, names
+    finally:
+        peer.close()
+        assert node.stop() < 2.0, "the node did not shut down within 2 s"
+        assert node.proc.returncode == 0, node.output()
