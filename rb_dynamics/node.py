@@ -454,22 +454,24 @@ class DynamicsNode(Node):
 
     # ------------------------------------------------------------------ diagnostics
 
-    def _age_report(self, count: int) -> dict[str, str]:
+    @staticmethod
+    def _age_report(ages_s: np.ndarray) -> dict[str, str]:
         """State stamp → command publish, on this node's clock: transport in plus compute.
         Meaningful when the state's stamp and this node share a clock (one machine, or both
         on /clock)."""
+        count = len(ages_s)
         if count == 0:
             return {}
-        ages = 1e3 * self._state_ages[:count]
+        ages = 1e3 * ages_s
         return {"state age at command mean (ms)": f"{ages.mean():.4f}",
                 STATE_AGE_P99_KEY: f"{np.percentile(ages, 99):.4f}",
                 "state age at command max (ms)": f"{ages.max():.4f}",
                 "state ages (count)": str(count)}
 
     def _publish_diagnostics(self) -> None:
-        with self._lock:
+        with self._lock:  # the control loop refills the slots once the period is swapped
             stats, self.stats = self.stats, Statistics()
-            ages = self._age_report(stats.ages)
+            period_ages = self._state_ages[:stats.ages].copy()
         status = DiagnosticStatus(name=f"{NODE_NAME}: controller", hardware_id=NODE_NAME)
         values = {"model source": self.model_source or "none"}
         if self.model is None:
@@ -493,7 +495,7 @@ class DynamicsNode(Node):
                 TOTALS_KEYS["superseded"]: str(self.superseded_total),
                 TOTALS_KEYS["commands"]: str(self.commands_total),
                 TOTALS_KEYS["stamp"]: str(self.newest_stamp_ns),
-                **ages,
+                **self._age_report(period_ages),
             })
             if not math.isfinite(age):
                 status.level, status.message = DiagnosticStatus.WARN, "no joint state received"
