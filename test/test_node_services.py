@@ -228,9 +228,12 @@ def test_the_control_loop_keeps_answering_during_a_long_simulate_call(running):
         running.peer.wait_for(lambda: False, 0.005)
     busy = time.monotonic() - started
     assert future.done() and future.result().success, running.node.output()
+    running.peer.wait_for(lambda: False, 0.2)  # answers to the last states still in flight
+    # a machine many times faster than this one would make the call too short to tell
+    assert busy > 0.3, f"simulate took only {busy:.2f} s"
     during = np.array([t for t in arrivals if t < started + busy])
-    assert busy > 1.0, f"simulate took only {busy:.2f} s: too short to tell"
     gaps = np.diff(np.concatenate([[started], during]))
-    print(f"simulate busy {busy:.2f} s: {len(during)} commands for {sent} states, "
+    print(f"simulate busy {busy:.2f} s: {len(arrivals)} commands for {sent} states, "
           f"largest gap {1e3 * gaps.max():.1f} ms")
-    assert len(during) >= 0.9 * sent and gaps.max() < 0.1
+    # states queued behind a blocked loop would be superseded: fewer answers, and a gap
+    assert len(arrivals) >= sent - 1 and gaps.max() < 0.1
