@@ -26,18 +26,19 @@ PANDA = Path(robots_dir(), REAL_ROBOTS["panda"][0])
 class Talk:
     """A peer that sends joint states and collects commands and diagnostics."""
 
-    def __init__(self, qos=10):
+    def __init__(self, qos=10, commands_topic: str = "rb_dynamics/effort_commands",
+                 states_topic: str = "joint_states"):
         self.peer = Peer()
         self.commands: list[tuple[float, np.ndarray]] = []
         self.statuses: list[tuple[int, str]] = []
         node = self.peer.node
-        node.create_subscription(Float64MultiArray, "rb_dynamics/effort_commands",
+        node.create_subscription(Float64MultiArray, commands_topic,
                                  lambda m: self.commands.append((time.monotonic(),
                                                                  np.array(m.data))), 100)
         node.create_subscription(
             DiagnosticArray, "/diagnostics",
             lambda m: self.statuses.extend((s.level, s.message) for s in m.status), 10)
-        self.states = node.create_publisher(JointState, "joint_states", qos)
+        self.states = node.create_publisher(JointState, states_topic, qos)
 
     def send(self, names, q, v=None):
         msg = JointState(name=list(names), position=[float(x) for x in q])
@@ -182,21 +183,14 @@ def test_namespace_node_name_and_remappings_reach_the_control_loop():
                        "-r", "__ns:=/robot1", "-r", "__node:=arm",
                        "-r", "joint_states:=/driver/joint_states",
                        "-r", "~/effort_commands:=/arm_controller/commands")
-    peer = Peer()
-    commands: list[Float64MultiArray] = []
-    peer.node.create_subscription(Float64MultiArray, "/arm_controller/commands",
-                                  commands.append, 10)
-    states = peer.node.create_publisher(JointState, "/driver/joint_states", 10)
+    talk = Talk(commands_topic="/arm_controller/commands", states_topic="/driver/joint_states")
     try:
         joints = load_model(UR5).actuated_joint_names
         q = np.array([0.3, -0.8, 0.9, -0.2, 0.5, 0.1])
-        answer = answer_after(peer, lambda: states.publish(
-            JointState(name=joints, position=q.tolist())), commands, 8.0)
-        assert answer is not None, node.output()
-        assert rel_err(np.array(answer.data), _gravity(UR5, q, joints)) <= 1e-9
-        names = set(peer.node.get_node_names_and_namespaces())
+        tau = talk.answer(joints, q)
+        assert tau is not None, node.output()
+        assert rel_err(tau, _gravity(UR5, q, joints)) <= 1e-9
+        names = set(talk.peer.node.get_node_names_and_namespaces())
         assert {("arm", "/robot1"), ("arm_control_loop", "/robot1")} <= names, names
     finally:
-        peer.close()
-        assert node.stop() < 2.0, "the node did not shut down within 2 s"
-        assert node.proc.returncode == 0, node.output()
+        _stop(node, talk)
