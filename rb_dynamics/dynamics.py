@@ -128,6 +128,33 @@ def _forward_kinematics(model: Model, q: np.ndarray) -> list[np.ndarray]:
             for i in range(model.n_bodies)]
 
 
+def _forward_pass(model: Model, q: np.ndarray, v: np.ndarray, a: np.ndarray | None = None,
+                  a_base: np.ndarray | None = None) -> tuple[list, list, list, list]:
+    """The outward pass shared by ID.m, FDab.m and the kinematics: Xup, body velocities
+    v_i = Xup v_λ + S q̇_i, velocity-product accelerations c_i = v_i × S q̇_i and, when ``a`` is
+    given, body accelerations a_i = Xup a_λ + S q̈_i + c_i (the root's parent moves with
+    ``a_base``, default at rest; −gravity stands in for gravity)."""
+    Xup = _forward_kinematics(model, q)
+    batch = _batch_shape(q, v) if a is None else _batch_shape(q, v, a)
+    zero = np.zeros(batch + (6,))
+    vel: list = []
+    c: list = []
+    acc: list = []
+    for i in range(model.n_bodies):
+        S, p = model.S[i], model.parent[i]
+        vJ = _joint_v(model, v, i) @ S.T
+        if p < 0:
+            vel.append(vJ + zero)
+            c.append(zero)
+        else:
+            vel.append(motion_apply(Xup[i], vel[p]) + vJ)
+            c.append(motion_apply(crm(vel[i]), vJ))
+        if a is not None:
+            a_parent = (zero if a_base is None else a_base) if p < 0 else acc[p]
+            acc.append(motion_apply(Xup[i], a_parent) + _joint_v(model, a, i) @ S.T + c[i])
+    return Xup, vel, c, acc
+
+
 def _batch_shape(*arrays: np.ndarray) -> tuple[int, ...]:
     return np.broadcast_shapes(*(a.shape[:-1] for a in arrays))
 
@@ -145,19 +172,10 @@ def rnea(model: Model, q, v, a, f_ext: Wrenches | None = None) -> np.ndarray:
     a = check_vector(a, model.nv, "a")
     batch = _batch_shape(q, v, a)
     f_ext_body = _body_forces(model, f_ext, batch)
-    Xup = _forward_kinematics(model, q)
-    a_base = -_gravity_acceleration(model)  # fictitious base acceleration stands in for gravity
-    vel, acc, f = [], [], []
+    # a fictitious base acceleration −a_g stands in for gravity
+    Xup, vel, _, acc = _forward_pass(model, q, v, a, -_gravity_acceleration(model))
+    f = []
     for i in range(model.n_bodies):
-        S, p = model.S[i], model.parent[i]
-        vJ = _joint_v(model, v, i) @ S.T
-        aJ = _joint_v(model, a, i) @ S.T
-        if p < 0:
-            vel.append(vJ + np.zeros(batch + (6,)))
-            acc.append(motion_apply(Xup[i], a_base) + aJ)
-        else:
-            vel.append(motion_apply(Xup[i], vel[p]) + vJ)
-            acc.append(motion_apply(Xup[i], acc[p]) + aJ + motion_apply(crm(vel[i]), vJ))
         Iv = motion_apply(model.inertia[i], vel[i])
         f.append(motion_apply(model.inertia[i], acc[i]) + motion_apply(crf(vel[i]), Iv))
         if f_ext_body[i] is not None:
@@ -225,20 +243,15 @@ def aba(model: Model, q, v, tau, f_ext: Wrenches | None = None) -> np.ndarray:
     tau = check_vector(tau, model.nv, "tau")
     if model.has_mimic:
         return forward_dynamics_crba(model, q, v, tau, f_ext)
+    problem = model.forward_dynamics_problem()
+    if problem:
+        raise ValueError(problem)
     batch = _batch_shape(q, v, tau)
     f_ext_body = _body_forces(model, f_ext, batch)
-    Xup = _forward_kinematics(model, q)
+    Xup, vel, c, _ = _forward_pass(model, q, v)
     nb = model.n_bodies
-    vel, c, IA, pA = [None] * nb, [None] * nb, [None] * nb, [None] * nb
+    IA, pA = [None] * nb, [None] * nb
     for i in range(nb):
-        S, p = model.S[i], model.parent[i]
-        vJ = _joint_v(model, v, i) @ S.T
-        if p < 0:
-            vel[i] = vJ + np.zeros(batch + (6,))
-            c[i] = np.zeros(batch + (6,))
-        else:
-            vel[i] = motion_apply(Xup[i], vel[p]) + vJ
-            c[i] = motion_apply(crm(vel[i]), vJ)  # c_J = 0 for all our joints
         IA[i] = np.broadcast_to(model.inertia[i], batch + (6, 6)).copy()
         pA[i] = motion_apply(crf(vel[i]), motion_apply(model.inertia[i], vel[i]))
         if f_ext_body[i] is not None:
@@ -247,7 +260,7 @@ def aba(model: Model, q, v, tau, f_ext: Wrenches | None = None) -> np.ndarray:
     for i in reversed(range(nb)):
         S, p = model.S[i], model.parent[i]
         U[i] = IA[i] @ S
-        Dinv[i] = np.linalg.inv(S.T @ U[i])
+        Dinv[i] = _inverse_articulated_inertia(model, i, S.T @ U[i], IA[i])
         u[i] = _joint_v(model, tau, i) - pA[i] @ S
         if p >= 0:
             UDinv = U[i] @ Dinv[i]
@@ -269,14 +282,32 @@ def aba(model: Model, q, v, tau, f_ext: Wrenches | None = None) -> np.ndarray:
     return qdd
 
 
+def _inverse_articulated_inertia(model: Model, i: int, D: np.ndarray,
+                                 IA: np.ndarray) -> np.ndarray:
+    """D⁻¹ = (Sᵀ I^A S)⁻¹, or a ValueError naming the joint when its subtree cannot be
+    accelerated along the joint (no inertia there, e.g. a point mass on its axis)."""
+    lowest = np.linalg.eigvalsh(D)[..., 0]
+    if np.any(~(lowest > 1e-12 * np.abs(IA).max(axis=(-2, -1)))):
+        raise ValueError(f"forward dynamics is undefined: joint {model.body_joint_names[i]!r} "
+                         "moves no inertia along its motion")
+    return np.linalg.inv(D)
+
+
 def forward_dynamics_crba(model: Model, q, v, tau, f_ext: Wrenches | None = None) -> np.ndarray:
     """Forward dynamics through M(q) and a Cholesky solve: q̈ = M⁻¹ (τ − C v − g + Jᵀ f)."""
     v = check_vector(v, model.nv, "v")
     tau = check_vector(tau, model.nv, "tau")
+    problem = model.forward_dynamics_problem()
+    if problem:
+        raise ValueError(problem)
     M = crba(model, q)
     bias = rnea(model, q, v, np.zeros(v.shape), f_ext)
     rhs = tau - bias
-    L = np.linalg.cholesky(M)
+    try:
+        L = np.linalg.cholesky(M)
+    except np.linalg.LinAlgError:
+        raise ValueError("forward dynamics is undefined: the mass matrix is singular "
+                         "(a joint moves no inertia)") from None
     y = np.linalg.solve(L, rhs[..., None])
     return np.linalg.solve(np.swapaxes(L, -1, -2), y)[..., 0]
 
@@ -382,21 +413,15 @@ def center_of_mass(model: Model, q) -> np.ndarray:
     return total / mass.sum()
 
 
-def _body_velocities(model: Model, q, v) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def _body_velocities(model: Model, q, v) -> list[np.ndarray]:
     q = check_vector(q, model.nq, "q")
     v = check_vector(v, model.nv, "v")
-    Xup = _forward_kinematics(model, q)
-    vel: list[np.ndarray] = []
-    for i in range(model.n_bodies):
-        vJ = _joint_v(model, v, i) @ model.S[i].T
-        p = model.parent[i]
-        vel.append(vJ if p < 0 else motion_apply(Xup[i], vel[p]) + vJ)
-    return Xup, vel
+    return _forward_pass(model, q, v)[1]
 
 
 def kinetic_energy(model: Model, q, v) -> np.ndarray | float:
     """T = ½ Σ vᵢᵀ Iᵢ vᵢ = ½ vᵀ M v."""
-    _, vel = _body_velocities(model, q, v)
+    vel = _body_velocities(model, q, v)
     return 0.5 * sum(np.sum(vi * motion_apply(I, vi), axis=-1)
                      for vi, I in zip(vel, model.inertia))
 
@@ -416,7 +441,7 @@ def potential_energy(model: Model, q) -> np.ndarray | float:
 def centroidal_momentum(model: Model, q, v) -> np.ndarray:
     """Spatial momentum about the centre of mass in world axes, [linear; angular]."""
     q = check_vector(q, model.nq, "q")
-    _, vel = _body_velocities(model, q, v)
+    vel = _body_velocities(model, q, v)
     X0 = body_transforms(model, q)
     h_world = 0.0
     for i in range(model.n_bodies):
@@ -436,18 +461,7 @@ def link_acceleration(model: Model, q, v, a, link: str, point=None) -> np.ndarra
     q = check_vector(q, model.nq, "q")
     v = check_vector(v, model.nv, "v")
     a = check_vector(a, model.nv, "a")
-    Xup = _forward_kinematics(model, q)
-    vel, acc = [], []
-    for i in range(model.n_bodies):
-        S, p = model.S[i], model.parent[i]
-        vJ = _joint_v(model, v, i) @ S.T
-        aJ = _joint_v(model, a, i) @ S.T
-        if p < 0:
-            vel.append(vJ)
-            acc.append(aJ)
-        else:
-            vel.append(motion_apply(Xup[i], vel[p]) + vJ)
-            acc.append(motion_apply(Xup[i], acc[p]) + aJ + motion_apply(crm(vel[i]), vJ))
+    _, vel, _, acc = _forward_pass(model, q, v, a)
     X0 = body_transforms(model, q)
     X_link, body = _link_transform(model, X0, link)
     if body < 0:
@@ -486,22 +500,13 @@ class Kinematics:
         v = check_vector(v, model.nv, "v")
         if q.ndim != 1:
             raise ValueError("Kinematics takes a single state")
-        Xup = _forward_kinematics(model, q)
+        Xup, self.vel, _, self.acc = _forward_pass(model, q, v, np.zeros(model.nv))
         self.model = model
+        # vel: spatial velocities, acc: velocity-product accelerations (q̈ = 0), body coordinates
         self.X0: list[np.ndarray] = []
-        self.vel: list[np.ndarray] = []  # spatial velocities, body coordinates
-        self.acc: list[np.ndarray] = []  # velocity-product accelerations (q̈ = 0)
         for i in range(model.n_bodies):
-            vJ = _joint_v(model, v, i) @ model.S[i].T
             p = model.parent[i]
-            if p < 0:
-                self.X0.append(Xup[i])
-                self.vel.append(vJ)
-                self.acc.append(np.zeros(6))
-            else:
-                self.X0.append(Xup[i] @ self.X0[p])
-                self.vel.append(motion_apply(Xup[i], self.vel[p]) + vJ)
-                self.acc.append(motion_apply(Xup[i], self.acc[p]) + crm(self.vel[i]) @ vJ)
+            self.X0.append(Xup[i] if p < 0 else Xup[i] @ self.X0[p])
         self._links: dict[str, tuple] = {}
 
     def _link(self, link: str) -> tuple:

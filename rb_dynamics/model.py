@@ -22,6 +22,9 @@ __all__ = ["DEFAULT_GRAVITY", "Frame", "Model", "URDFError", "load_model"]
 
 DEFAULT_GRAVITY = (0.0, 0.0, -9.81)
 MAX_URDF_BYTES = 20_000_000
+# Bodies (moving joints) per model: a humanoid has ~40; the generated kernels grow ~n², and the
+# reference algorithms ~n, so a description this large is refused rather than stalling a node.
+MAX_BODIES = 1000
 # No robot has a link heavier than 1e9 kg or an offset longer than 1e9 m; numbers past this
 # bound would overflow the dynamics (inertias go as m·r²) into inf/NaN torques
 MAX_MAGNITUDE = 1e9
@@ -84,6 +87,8 @@ class Model:
     floating_base: bool
     continuous_joints: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # moving joints whose whole subtree carries no mass or inertia → the links they move
+    massless_joints: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def n_bodies(self) -> int:
@@ -107,6 +112,19 @@ class Model:
         return [
             n for n, k in zip(self.joint_names, self.joint_kinds) if k in ("revolute", "prismatic")
         ]
+
+    def forward_dynamics_problem(self) -> str | None:
+        """Why q̈ is undefined for this model (a joint that moves no inertia), or None.
+
+        RNEA and gravity stay well defined; M(q) is singular, so ABA, the simulator and the
+        forward-dynamics services refuse with this message (Pinocchio would return inf/NaN).
+        """
+        if not self.massless_joints:
+            return None
+        parts = [f"joint {joint!r} moves links {links}"
+                 for joint, links in self.massless_joints.items()]
+        return ("forward dynamics is undefined: " + "; ".join(parts)
+                + " that carry no mass or inertia (give them an <inertial>)")
 
     def joint_index(self, name: str) -> int:
         try:
@@ -453,7 +471,7 @@ class _TreeBuilder:
         self.urdf_joint: list[_Joint | None] = []
         self.frames: dict[str, Frame] = {}
 
-    def _add_body(self, parent, joint_model, X_T, link_name, joint_name, urdf_joint, X_link):
+    def _add_body(self, parent, joint_model, X_T, link_name, joint_name, urdf_joint):
         self.parent.append(parent)
         self.joint.append(joint_model)
         self.X_tree.append(X_T)
@@ -463,38 +481,38 @@ class _TreeBuilder:
         self.urdf_joint.append(urdf_joint)
         return len(self.parent) - 1
 
-    def _attach_link(self, link_name: str, body: int, X_link_from_body: np.ndarray) -> None:
+    def _attach_link(self, link_name: str, body: int, X_link_from_body: np.ndarray) -> list:
+        """Weld ``link_name`` into ``body``; returns its child joints still to visit."""
         self.frames[link_name] = Frame(body, X_link_from_body)
         if body >= 0:
             X = X_link_from_body
             self.inertia[body] += X.T @ self.links[link_name].spatial_inertia() @ X
-        for joint in self.children[link_name]:
-            self._visit(joint, body, X_link_from_body)
+        return [(joint, body, X_link_from_body) for joint in self.children[link_name]]
 
     def build(self, root: str, floating_base: bool, root_joint_name: str) -> None:
+        """Depth-first, children in URDF order, with an explicit stack: a chain of thousands
+        of links must not exhaust Python's recursion limit."""
         if floating_base:
-            body = self._add_body(
-                -1,
-                JointModel("free", np.zeros(3)),
-                np.eye(6),
-                root,
-                root_joint_name,
-                None,
-                np.eye(6),
-            )
-            self._attach_link(root, body, np.eye(6))
+            body = self._add_body(-1, JointModel("free", np.zeros(3)), np.eye(6), root,
+                                  root_joint_name, None)
+            pending = self._attach_link(root, body, np.eye(6))
         else:
-            self._attach_link(root, -1, np.eye(6))
+            pending = self._attach_link(root, -1, np.eye(6))
+        stack = list(reversed(pending))
+        while stack:
+            if len(self.parent) > MAX_BODIES:
+                raise URDFError(f"more than {MAX_BODIES} moving joints: larger than any robot "
+                                "this package serves (documented limit)")
+            stack.extend(reversed(self._visit(*stack.pop())))
 
-    def _visit(self, joint: _Joint, body: int, X_link_from_body: np.ndarray) -> None:
+    def _visit(self, joint: _Joint, body: int, X_link_from_body: np.ndarray) -> list:
         if joint.child in self.frames:
             raise URDFError(f"joint {joint.name!r}: link {joint.child!r} reached twice (cycle)")
         # joint frame relative to the predecessor body: X_T = X_origin · X_link_from_body
         X_origin = plux(joint.origin_rot.T, joint.origin_pos)
         kind = _URDF_JOINT_KINDS[joint.urdf_type]
         if kind is None:
-            self._attach_link(joint.child, body, X_origin @ X_link_from_body)
-            return
+            return self._attach_link(joint.child, body, X_origin @ X_link_from_body)
         X_child_from_body = np.eye(6)
         axis = joint.axis
         if kind == "planar":
@@ -503,16 +521,9 @@ class _TreeBuilder:
             X_origin = plux(R_n.T, np.zeros(3)) @ X_origin
             X_child_from_body = plux(R_n, np.zeros(3))
             axis = np.array([0.0, 0.0, 1.0])
-        new = self._add_body(
-            body,
-            JointModel(kind, axis),
-            X_origin @ X_link_from_body,
-            joint.child,
-            joint.name,
-            joint,
-            X_child_from_body,
-        )
-        self._attach_link(joint.child, new, X_child_from_body)
+        new = self._add_body(body, JointModel(kind, axis), X_origin @ X_link_from_body,
+                             joint.child, joint.name, joint)
+        return self._attach_link(joint.child, new, X_child_from_body)
 
     def finish(self, name, gravity, root_link, floating_base, joints) -> Model:
         nb = len(self.parent)
@@ -560,6 +571,10 @@ class _TreeBuilder:
                 leader, mult, off = self.mimics[jname]
                 lb = self.body_joint_names.index(leader)
                 body_mimic[i] = (body_q_index[lb], body_v_index[lb], mult, off)
+        massless = self._massless_joints()
+        if massless:
+            warnings.append(f"joints {sorted(massless)} move links without mass or inertia: "
+                            "forward dynamics is undefined (inverse dynamics works)")
         return Model(
             name=name,
             gravity=gravity,
@@ -591,7 +606,28 @@ class _TreeBuilder:
             floating_base=floating_base,
             continuous_joints=continuous,
             warnings=warnings,
+            massless_joints=massless,
         )
+
+    def _massless_joints(self) -> dict[str, list[str]]:
+        """The topmost moving joints whose subtree has no inertia at all."""
+        nb = len(self.parent)
+        empty = [not self.inertia[i].any() for i in range(nb)]
+        for i in reversed(range(nb)):  # children come after their parent
+            p = self.parent[i]
+            if p >= 0 and not empty[i]:
+                empty[p] = False
+        out: dict[str, list[str]] = {}
+        for i in range(nb):
+            p = self.parent[i]
+            if empty[i] and (p < 0 or not empty[p]):
+                subtree = {i}
+                for k in range(i + 1, nb):
+                    if self.parent[k] in subtree:
+                        subtree.add(k)
+                out[self.body_joint_names[i]] = [link for link, frame in self.frames.items()
+                                                 if frame.body in subtree]
+        return out
 
 
 def _rotation_z_to(n: np.ndarray) -> np.ndarray:
