@@ -82,7 +82,7 @@ def measure(cmd: list[str], joints: list[str], configurations: np.ndarray, secon
     from std_msgs.msg import Float64MultiArray
     from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-    from rb_dynamics.node import read_totals
+    from rb_dynamics.diagnostics import read_totals
 
     proc = _start(cmd)
     context = rclpy.Context()

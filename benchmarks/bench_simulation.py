@@ -29,8 +29,7 @@ from rb_dynamics.simulation import Simulator  # noqa: E402
 
 def steps_per_second(model, integrator: str, seconds: float = 3.0) -> float:
     fast = compile_dynamics(model)
-    sim = Simulator(model, 1e-3, integrator, forward_dynamics=lambda m, q, v, t, *a: fast.aba(
-        q, v, t), backend=fast)
+    sim = Simulator(fast, 1e-3, integrator)
     sim.set_command(np.zeros(model.nv))
     sim.command_timeout = float("inf")
     start, steps = time.perf_counter(), 0

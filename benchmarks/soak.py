@@ -62,7 +62,7 @@ def main() -> int:
     from sensor_msgs.msg import JointState
     from std_msgs.msg import Float64MultiArray
 
-    from rb_dynamics.node import read_totals
+    from rb_dynamics.diagnostics import read_totals
     from rb_dynamics.ros_runtime import take_queued
 
     sim = _spawn("rb_dynamics.sim_node", {

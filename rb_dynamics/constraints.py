@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import math
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,14 +81,16 @@ class Constraint:
         raise NotImplementedError
 
 
-_last_kinematics: list = [None, None]  # [key, Kinematics]: rows of one state share a pass
+# The rows of one state share one kinematics pass. Per thread: a node evaluates constraints
+# on its service thread and its simulation thread at once.
+_last_kinematics = threading.local()
 
 
 def _kinematics(model: Model, q: np.ndarray, v: np.ndarray) -> dynamics.Kinematics:
     key = (id(model), np.asarray(q, float).tobytes(), np.asarray(v, float).tobytes())
-    if _last_kinematics[0] != key:
-        _last_kinematics[:] = [key, dynamics.Kinematics(model, q, v)]
-    return _last_kinematics[1]
+    if getattr(_last_kinematics, "key", None) != key:
+        _last_kinematics.key, _last_kinematics.value = key, dynamics.Kinematics(model, q, v)
+    return _last_kinematics.value
 
 
 def _holonomic(J: np.ndarray, bias: np.ndarray, phi: np.ndarray, v: np.ndarray,
@@ -337,15 +340,17 @@ CONSTRAINT_TYPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 
 
-def constraint_from_spec(model: Model, name: str, spec: Mapping[str, Any]) -> Constraint:
+def constraint_from_spec(model: Model, name: str, spec: Mapping[str, Any],
+                         prefix: str = "constraints") -> Constraint:
     """One built-in constraint from a plain description (what a YAML file declares).
 
     ``spec`` has ``type`` (fixed_point, loop_point, weld, joint_coupling) and that type's keys:
     links by name, points as 3 numbers in link coordinates, ``target`` (fixed_point, world;
     default: where the point is at the first evaluation), ``ratio`` and ``offset``
-    (joint_coupling: q_follower = ratio·q_leader + offset). Errors name ``name`` and the key.
+    (joint_coupling: q_follower = ratio·q_leader + offset). Errors name ``name`` and the key
+    (as ``<prefix>.<name>.<key>``, the parameter a YAML file sets).
     """
-    where = f"constraints.{name}"
+    where = f"{prefix}.{name}"
     kind = spec.get("type")
     if kind not in CONSTRAINT_TYPES:
         raise ValueError(f"{where}.type: {kind!r} is not one of {sorted(CONSTRAINT_TYPES)}")
@@ -420,13 +425,14 @@ class ConstraintSet:
     @classmethod
     def from_specs(cls, model: Model, specs: Mapping[str, Mapping[str, Any]],
                    method: str = "udwadia_kalaba", gains: Baumgarte | None = None,
-                   projection: bool = True) -> ConstraintSet:
+                   projection: bool = True, prefix: str = "constraints") -> ConstraintSet:
         if method not in SOLVERS:
-            raise ValueError(f"constraints.solver: {method!r} is not one of {sorted(SOLVERS)}")
+            raise ValueError(f"{prefix}.solver: {method!r} is not one of {sorted(SOLVERS)}")
         gains = gains or Baumgarte()
         if not all(math.isfinite(g) and g >= 0 for g in (gains.alpha, gains.beta)):
-            raise ValueError("constraints.baumgarte_alpha/beta: must be finite and ≥ 0")
-        built = [constraint_from_spec(model, name, spec) for name, spec in specs.items()]
+            raise ValueError(f"{prefix}.baumgarte_alpha/beta: must be finite and ≥ 0")
+        built = [constraint_from_spec(model, name, spec, prefix)
+                 for name, spec in specs.items()]
         return cls(built, method, gains, list(specs), projection)
 
     def __bool__(self) -> bool:
@@ -435,6 +441,11 @@ class ConstraintSet:
     def fresh(self) -> ConstraintSet:
         return ConstraintSet(copy.deepcopy(self._pristine), self.method, self.gains,
                              list(self.names), self.projection)
+
+    def violation(self, model: Model, q: np.ndarray, v: np.ndarray, t: float = 0.0) -> float:
+        """Largest |φ| (m, rad) or |A q̇ − c| of the constraints at a state (0 without any)."""
+        rows = [c.rows(model, q, v, t, self.gains) for c in self.constraints]
+        return float(max((np.abs(r.violation).max(initial=0.0) for r in rows), default=0.0))
 
     def solve(self, model: Model, q: np.ndarray, v: np.ndarray, M: np.ndarray, F: np.ndarray,
               t: float = 0.0) -> ConstrainedAcceleration:

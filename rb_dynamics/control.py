@@ -1,43 +1,51 @@
 """Control laws and reference sampling, free of ROS.
 
-- ``gravity_compensation``: τ = g(q) (+ optional viscous and Coulomb friction compensation).
+One law (``ControlLaw``) serves the control node, ``~/simulate`` and the tests:
+
+- ``gravity_compensation``: τ = g(q) (+ optional viscous and Coulomb friction compensation);
 - ``computed_torque``: τ = M(q)(q̈_d + K_d(q̇_d − q̇) + K_p(q_d − q)) + C(q, q̇)q̇ + g(q),
   evaluated as one RNEA call with the commanded acceleration.
-- ``TrajectorySampler``: samples a joint trajectory the way ros2_controllers' joint trajectory
-  controller does — quintic between points with positions, velocities and accelerations,
-  cubic with positions and velocities, linear with positions only — starting from the state at
-  the time the trajectory arrived, and holding the last point when it ends.
+
+``TrajectorySampler`` samples a joint trajectory the way ros2_controllers' joint trajectory
+controller does — quintic between points with positions, velocities and accelerations, cubic
+with positions and velocities, linear with positions only — starting from the state at the time
+the trajectory arrived, and holding the last point when it ends. ``JointController`` maps joint
+states and references by name, refuses stale or unusable input, and clamps to the effort limits.
 
 All vectors are in the model's independent coordinates (fixed-base, 1-DoF joints).
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from . import dynamics
+from .backend import Dynamics, make_dynamics
 from .model import Model
 
 __all__ = [
     "CONTROL_MODES",
+    "MAX_TRAJECTORY_POINTS",
+    "ControlLaw",
     "ControlOutput",
     "ControllerError",
     "JointController",
-    "ReferenceBackend",
     "TrajectoryError",
     "TrajectoryPoint",
     "TrajectorySampler",
     "clamp_effort",
-    "computed_torque",
-    "gravity_compensation",
+    "friction_compensation",
     "position_error",
-    "select_backend",
     "wrap_angle",
 ]
+
+CONTROL_MODES = ("gravity_compensation", "computed_torque")
+# A reference this long is refused: converting and validating it must not hold a node for long
+MAX_TRAJECTORY_POINTS = 20_000
 
 
 def wrap_angle(x: np.ndarray) -> np.ndarray:
@@ -88,36 +96,51 @@ def friction_compensation(
     return tau
 
 
-def gravity_compensation(
-    model: Model, q: np.ndarray, v: np.ndarray | None = None, friction: bool = False
-) -> np.ndarray:
-    """τ = g(q), plus friction compensation at velocity v when asked."""
-    tau = dynamics.gravity(model, q)
-    if friction:
-        if v is None:
-            raise ValueError("v is needed for friction compensation")
-        tau = tau + friction_compensation(model, dynamics.check_vector(v, model.nv, "v"))
-    return tau
+class ControllerError(ValueError):
+    """Input the controller refuses; the message says what is wrong and nothing changed."""
 
 
-def computed_torque(
-    model: Model,
-    q: np.ndarray,
-    v: np.ndarray,
-    q_desired: np.ndarray,
-    v_desired: np.ndarray,
-    a_desired: np.ndarray,
-    kp: np.ndarray,
-    kd: np.ndarray,
-    rnea=None,
-) -> np.ndarray:
-    """Computed-torque law as one inverse-dynamics call with the commanded acceleration."""
-    a_command = (
-        np.asarray(a_desired, dtype=float)
-        + kd * (np.asarray(v_desired) - v)
-        + kp * position_error(model, q_desired, q)
-    )
-    return (rnea or dynamics.rnea)(model, q, v, a_command)
+@dataclass
+class ControlLaw:
+    """The control law: τ from a state (q, q̇) and a reference (q_d, q̇_d, q̈_d), model order.
+
+    ``kp``, ``kd`` are per-coordinate gains (1/s², 1/s). With ``friction_compensation`` the
+    URDF losses are added, at the measured velocity in gravity compensation and at the
+    reference velocity in computed torque: compensating friction from the measured (noisy, a
+    step late) velocity is a high-gain positive feedback on light links.
+    """
+
+    dynamics: Dynamics
+    mode: str = "gravity_compensation"
+    kp: np.ndarray | None = None
+    kd: np.ndarray | None = None
+    friction_compensation: bool = False
+
+    def __post_init__(self) -> None:
+        model = self.dynamics.model
+        if self.mode not in CONTROL_MODES:
+            raise ControllerError(f"mode must be one of {CONTROL_MODES}, not {self.mode!r}")
+        self.kp = np.zeros(model.nv) if self.kp is None else np.asarray(self.kp, float)
+        self.kd = np.zeros(model.nv) if self.kd is None else np.asarray(self.kd, float)
+        self.continuous = continuous_mask(model)
+        self._wrap = bool(self.continuous.any())
+
+    def effort(self, q: np.ndarray, v: np.ndarray, q_d: np.ndarray | None = None,
+               v_d: np.ndarray | None = None,
+               a_d: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+        """(τ, q_d − q): τ unclamped, the position error None in gravity compensation."""
+        model = self.dynamics.model
+        if self.mode == "gravity_compensation":
+            tau, error, v_friction = self.dynamics.gravity(q), None, v
+        else:
+            error = q_d - q
+            if self._wrap:
+                error = position_error(model, q_d, q, self.continuous)
+            tau = self.dynamics.rnea(q, v, a_d + self.kd * (v_d - v) + self.kp * error)
+            v_friction = v_d
+        if self.friction_compensation:
+            tau = tau + friction_compensation(model, v_friction)
+        return tau, error
 
 
 # ----------------------------------------------------------------------------- trajectories
@@ -135,26 +158,16 @@ class TrajectoryPoint:
     accelerations: np.ndarray | None = None
 
 
-def _check_point(point: TrajectoryPoint, n: int, k: int) -> None:
-    for field_name in ("positions", "velocities", "accelerations"):
-        values = getattr(point, field_name)
-        if values is None:
-            continue
-        if len(values) != n:
-            raise TrajectoryError(f"point {k}: {field_name} has {len(values)} values, expected {n}")
-        if not np.all(np.isfinite(values)):
-            raise TrajectoryError(f"point {k}: {field_name} contains NaN or inf")
-    if not math.isfinite(point.time) or point.time < 0:
-        raise TrajectoryError(f"point {k}: time_from_start {point.time} must be finite and ≥ 0")
-
-
-def _as_arrays(point: TrajectoryPoint) -> TrajectoryPoint:
-    def arr(x):
-        return None if x is None else np.asarray(x, dtype=float)
-
-    return TrajectoryPoint(
-        float(point.time), arr(point.positions), arr(point.velocities), arr(point.accelerations)
-    )
+def _check_values(values, n: int, field: str, k: int) -> np.ndarray:
+    try:
+        arr = np.asarray(values, dtype=float).reshape(-1)
+    except (TypeError, ValueError):
+        raise TrajectoryError(f"point {k}: {field} is not an array of numbers") from None
+    if arr.size != n:
+        raise TrajectoryError(f"point {k}: {field} has {arr.size} values, expected {n}")
+    if not np.all(np.isfinite(arr)):
+        raise TrajectoryError(f"point {k}: {field} contains NaN or inf")
+    return arr
 
 
 def _segment(t: float, T: float, p0, v0, a0, p1, v1, a1):
@@ -185,7 +198,11 @@ def _segment(t: float, T: float, p0, v0, a0, p1, v1, a1):
 
 
 class TrajectorySampler:
-    """A joint trajectory anchored at ``start_time`` and the state it started from."""
+    """A joint trajectory anchored at ``start_time`` and the state it started from.
+
+    Points are held as arrays and the segment at a time is found by bisection, so a sample
+    costs the same for 2 points or 20,000 (the control loop samples once per state).
+    """
 
     def __init__(
         self,
@@ -196,97 +213,64 @@ class TrajectorySampler:
     ):
         if not points:
             raise TrajectoryError("trajectory has no points")
+        if len(points) > MAX_TRAJECTORY_POINTS:
+            raise TrajectoryError(f"trajectory has {len(points)} points; at most "
+                                  f"{MAX_TRAJECTORY_POINTS}")
         n = len(start_positions)
-        for k, point in enumerate(points):
-            _check_point(point, n, k)
-            if k and point.time <= points[k - 1].time:
-                raise TrajectoryError(
-                    f"point {k}: time_from_start {point.time} is not after "
-                    f"point {k - 1}'s {points[k - 1].time}"
-                )
-        self.points = [_as_arrays(point) for point in points]
+        times = [float(point.time) for point in points]
+        for k, t in enumerate(times):
+            if not math.isfinite(t) or t < 0:
+                raise TrajectoryError(f"point {k}: time_from_start {t} must be finite and ≥ 0")
+            if k and t <= times[k - 1]:
+                raise TrajectoryError(f"point {k}: time_from_start {t} is not after "
+                                      f"point {k - 1}'s {times[k - 1]}")
+        self.times = [0.0, *times]  # row 0 is the start state
+        self.positions = np.empty((len(points) + 1, n))
+        self.velocities = np.zeros((len(points) + 1, n))
+        self.accelerations = np.zeros((len(points) + 1, n))
+        # which rows carry velocities / accelerations: they choose each segment's spline
+        self.has_velocity = np.zeros(len(points) + 1, dtype=bool)
+        self.has_acceleration = np.zeros(len(points) + 1, dtype=bool)
+        for k, point in enumerate(points, start=1):
+            self.positions[k] = _check_values(point.positions, n, "positions", k - 1)
+            if point.velocities is not None:
+                self.velocities[k] = _check_values(point.velocities, n, "velocities", k - 1)
+                self.has_velocity[k] = True
+            if point.accelerations is not None:
+                self.accelerations[k] = _check_values(point.accelerations, n, "accelerations",
+                                                      k - 1)
+                self.has_acceleration[k] = True
         self.start_time = float(start_time)
-        zero = np.zeros(n)
-        v_start = zero if start_velocities is None else np.asarray(start_velocities, float)
-        first = self.points[0]
         # the spline toward the first point starts from the measured state with the same
         # derivatives the first point carries (ros2_controllers does the same)
-        self.start = TrajectoryPoint(
-            0.0,
-            np.asarray(start_positions, float),
-            v_start if first.velocities is not None else None,
-            zero if first.accelerations is not None else None,
-        )
+        self.positions[0] = start_positions
+        if start_velocities is not None:
+            self.velocities[0] = start_velocities
+        self.has_velocity[0], self.has_acceleration[0] = self.has_velocity[1], \
+            self.has_acceleration[1]
 
     @property
     def end_time(self) -> float:
-        return self.start_time + self.points[-1].time
+        return self.start_time + self.times[-1]
+
+    def _row(self, k: int):
+        return (self.positions[k], self.velocities[k] if self.has_velocity[k] else None,
+                self.accelerations[k] if self.has_acceleration[k] else None)
 
     def sample(self, now: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
         """(q_d, q̇_d, q̈_d, finished) at time ``now``; after the end the last point is held."""
         # before the start (a state stamped before the trajectory arrived) is the start
         t = max(now - self.start_time, 0.0)
-        last = self.points[-1]
-        if t >= last.time:
-            hold = np.zeros_like(last.positions)
-            return np.asarray(last.positions, float).copy(), hold, hold.copy(), True
-        before = self.start
-        for point in self.points:
-            if t < point.time:
-                pos, vel, acc = _segment(
-                    t - before.time,
-                    point.time - before.time,
-                    np.asarray(before.positions, float),
-                    before.velocities,
-                    before.accelerations,
-                    np.asarray(point.positions, float),
-                    point.velocities,
-                    point.accelerations,
-                )
-                return pos, vel, acc, False
-            before = point
-        raise AssertionError("unreachable")
+        if t >= self.times[-1]:
+            hold = np.zeros(self.positions.shape[1])
+            return self.positions[-1].copy(), hold, hold.copy(), True
+        k = bisect.bisect_right(self.times, t)  # times[k-1] ≤ t < times[k]
+        before, after = self.times[k - 1], self.times[k]
+        pos, vel, acc = _segment(t - before, after - before, *self._row(k - 1), *self._row(k))
+        return pos, vel, acc, False
 
 
 # ----------------------------------------------------------------------------- the controller
-
-
-class ControllerError(ValueError):
-    """Input the controller refuses; the message says what is wrong and nothing changed."""
-
-
-class ReferenceBackend:
-    """The readable reference algorithms, with the same call shape as the generated kernels."""
-
-    def __init__(self, model: Model):
-        self.model = model
-
-    def gravity(self, q):
-        return dynamics.gravity(self.model, q)
-
-    def rnea(self, q, v, a):
-        return dynamics.rnea(self.model, q, v, a)
-
-    def nonlinear_effects(self, q, v):
-        return dynamics.nonlinear_effects(self.model, q, v)
-
-    def aba(self, q, v, tau):
-        return dynamics.aba(self.model, q, v, tau)
-
-    def crba(self, q):
-        return dynamics.crba(self.model, q)
-
-
-def select_backend(model: Model):
-    """The fastest dynamics available for ``model``: generated kernels, else the reference."""
-    try:
-        from .codegen import compile_dynamics
-    except ImportError:  # pragma: no cover - the generator ships with the package
-        return ReferenceBackend(model)
-    return compile_dynamics(model)
-
-
-CONTROL_MODES = ("gravity", "computed_torque")
 
 
 @dataclass
@@ -300,7 +284,8 @@ class JointController:
     """Gravity compensation and computed torque for a fixed-base arm, mapped by joint name.
 
     The state and the reference arrive by name in any order; commands leave in the order of
-    ``joints``. Nothing is computed from a state older than ``max_state_age`` seconds.
+    ``joints`` (a model without actuated joints has nothing to command: empty commands).
+    Nothing is computed from a state older than ``max_state_age`` seconds.
     """
 
     def __init__(
@@ -308,12 +293,12 @@ class JointController:
         model: Model,
         joints: Sequence[str] | None = None,
         *,
-        mode: str = "gravity",
+        mode: str = "gravity_compensation",
         kp=100.0,
         kd=20.0,
         friction_compensation: bool = False,
         max_state_age: float = 0.1,
-        backend=None,
+        dynamics: Dynamics | None = None,
     ):
         if any(kind not in ("revolute", "prismatic") for kind in model.joint_kinds):
             raise ControllerError(
@@ -321,7 +306,7 @@ class JointController:
                 f"{sorted(set(model.joint_kinds))} joints"
             )
         self.model = model
-        self.joints = list(joints) if joints else list(model.actuated_joint_names)
+        self.joints = list(model.actuated_joint_names) if joints is None else list(joints)
         unknown = [n for n in self.joints if n not in model.joint_names]
         if unknown:
             hint = (
@@ -335,53 +320,53 @@ class JointController:
             )
         if len(set(self.joints)) != len(self.joints):
             raise ControllerError(f"joints {self.joints} has repeated names")
-        self.index = np.array([model.joint_v_index[model.joint_index(n)] for n in self.joints])
+        self.index = np.array([model.joint_v_index[model.joint_index(n)] for n in self.joints],
+                              dtype=int)
         self.state_index = {n: model.joint_q_index[k] for k, n in enumerate(model.joint_names)}
-        self.continuous = continuous_mask(model)
-        self.has_continuous = bool(self.continuous.any())
-        self.backend = backend or select_backend(model)
-        self.mode = "gravity"
-        self.set_mode(mode)
-        self.kp = self.kd = np.zeros(model.nv)
+        self.law = ControlLaw(dynamics or make_dynamics(model), mode,
+                              friction_compensation=bool(friction_compensation))
         self.set_gains(kp, kd)
-        self.friction_compensation = bool(friction_compensation)
         self.max_state_age = float(max_state_age)
         self.effort_scale = 1.0  # commands are clamped to effort_scale × the URDF limit
         self.q = self.v = None
         self.state_time = -math.inf
         self.trajectory: TrajectorySampler | None = None
         self.hold_position: np.ndarray | None = None
+        self.healthy = True  # the last effort was finite (else the reference is not trusted)
 
     # -- settings ------------------------------------------------------------------
+
+    @property
+    def mode(self) -> str:
+        return self.law.mode
+
+    @property
+    def kp(self) -> np.ndarray:
+        return self.law.kp
+
+    @property
+    def kd(self) -> np.ndarray:
+        return self.law.kd
 
     def set_mode(self, mode: str) -> None:
         if mode not in CONTROL_MODES:
             raise ControllerError(f"mode must be one of {CONTROL_MODES}, not {mode!r}")
-        if mode != self.mode:  # a new mode starts by holding where the arm is
+        if mode != self.law.mode:  # a new mode starts by holding where the arm is
             self.trajectory, self.hold_position = None, None
-        self.mode = mode
+        self.law.mode = mode
 
     def gain_vector(self, gains, name: str) -> np.ndarray:
         """Validated per-joint gains in model order (a scalar applies to every joint)."""
-        values = np.asarray(gains, dtype=float)
-        if values.ndim == 0:
-            values = np.full(len(self.joints), float(values))
-        if values.shape != (len(self.joints),):
-            raise ControllerError(
-                f"{name} needs 1 or {len(self.joints)} values (one per joint "
-                f"in {self.joints}), got {values.size}"
-            )
-        if not np.all(np.isfinite(values)) or np.any(values < 0):
-            raise ControllerError(f"{name} must be finite and ≥ 0, got {values.tolist()}")
+        values = check_gains(gains, name, len(self.joints))
         full = np.zeros(self.model.nv)
         full[self.index] = values
         return full
 
     def set_gains(self, kp=None, kd=None) -> None:
         """Per-joint gains (a scalar sets every joint); both are validated before either is set."""
-        new_kp = self.kp if kp is None else self.gain_vector(kp, "kp")
-        new_kd = self.kd if kd is None else self.gain_vector(kd, "kd")
-        self.kp, self.kd = new_kp, new_kd
+        new_kp = self.law.kp if kp is None else self.gain_vector(kp, "kp")
+        new_kd = self.law.kd if kd is None else self.gain_vector(kd, "kd")
+        self.law.kp, self.law.kd = new_kp, new_kd
 
     # -- inputs --------------------------------------------------------------------
 
@@ -422,52 +407,63 @@ class JointController:
             raise ControllerError("joint_states: NaN or inf in positions or velocities")
         self.q, self.v, self.state_time = q, v, now
 
-    def set_trajectory(
-        self, names: Sequence[str], points: Sequence[TrajectoryPoint], now: float
-    ) -> None:
-        """A reference by name; joints it leaves out hold their current reference."""
+    def prepare_trajectory(self, names: Sequence[str], points: Sequence[TrajectoryPoint],
+                           start: float, now: float) -> TrajectorySampler:
+        """A validated sampler for a reference by name starting at ``start``, built without
+        changing the controller (so that a node can build it outside its control lock);
+        joints the reference leaves out hold their current reference."""
         if self.q is None:
             raise ControllerError("trajectory: no joint state received yet")
-        if self.mode != "computed_torque":
-            raise ControllerError(
-                f"trajectory: the controller is in {self.mode!r} mode; set "
-                "mode to 'computed_torque' to follow trajectories"
-            )
+        if self.law.mode != "computed_torque":
+            raise ControllerError(f"trajectory: the controller is in {self.law.mode!r} mode; "
+                                  "set mode to 'computed_torque' to follow trajectories")
         if not names:
             raise ControllerError("trajectory: no joint names")
         unknown = [n for n in names if n not in self.state_index]
         if unknown or len(set(names)) != len(names):
             raise ControllerError(f"trajectory: unknown or repeated joints {unknown or names}")
-        n = self.model.nv
-        start, start_v, _ = self.reference(now)
+        if len(points) > MAX_TRAJECTORY_POINTS:
+            raise ControllerError(f"trajectory: {len(points)} points; at most "
+                                  f"{MAX_TRAJECTORY_POINTS}")
+        if points and start + float(points[-1].time) < now:
+            raise ControllerError(
+                f"trajectory: it ended {now - start - float(points[-1].time):.3f} s ago "
+                "(header stamp + the last time_from_start is in the past); ignored, as "
+                "ros2_controllers' trajectory controller does")
+        q_start, v_start = self._continuation(now)
         columns = [self.state_index[name] for name in names]
-        full_points = []
-        for k, point in enumerate(points):
-            try:
-                _check_point(_as_arrays(point), len(names), k)
-            except TrajectoryError as exc:
-                raise ControllerError(f"trajectory: {exc}") from None
+        n = self.model.nv
 
-            def spread(values, base):
-                if values is None:
-                    return None
-                full = base.copy()
-                full[columns] = values
-                return full
+        def spread(values, base, k, field):
+            if values is None:
+                return None
+            full = base.copy()
+            full[columns] = _check_values(values, len(names), field, k)
+            return full
 
-            full_points.append(
-                TrajectoryPoint(
-                    point.time,
-                    spread(point.positions, start),
-                    spread(point.velocities, np.zeros(n)),
-                    spread(point.accelerations, np.zeros(n)),
-                )
-            )
         try:
-            sampler = TrajectorySampler(full_points, now, start, start_v)
+            full_points = [TrajectoryPoint(
+                point.time, spread(point.positions, q_start, k, "positions"),
+                spread(point.velocities, np.zeros(n), k, "velocities"),
+                spread(point.accelerations, np.zeros(n), k, "accelerations"))
+                for k, point in enumerate(points)]
+            return TrajectorySampler(full_points, start, q_start, v_start)
         except TrajectoryError as exc:
             raise ControllerError(f"trajectory: {exc}") from None
-        self.trajectory = sampler
+
+    def set_trajectory(self, names: Sequence[str], points: Sequence[TrajectoryPoint],
+                       now: float, start: float | None = None) -> None:
+        """Follow a reference by name from ``start`` (default ``now``)."""
+        self.trajectory = self.prepare_trajectory(names, points,
+                                                  now if start is None else start, now)
+
+    def _continuation(self, now: float) -> tuple[np.ndarray, np.ndarray]:
+        """Where a new trajectory starts: the current reference, or the measured state when
+        the reference gave no finite effort (a broken one must not poison the next)."""
+        q_d, v_d, _ = self.reference(now)
+        if self.healthy and np.all(np.isfinite(q_d)) and np.all(np.isfinite(v_d)):
+            return q_d, v_d
+        return self.q.copy(), self.v.copy()
 
     # -- outputs -------------------------------------------------------------------
 
@@ -481,6 +477,37 @@ class JointController:
 
     def state_age(self, now: float) -> float:
         return now - self.state_time
+
+    def effort(self, q: np.ndarray, v: np.ndarray, reference_time: float
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """The law at (q, q̇) with the reference sampled at ``reference_time``: (τ in model
+        order, position error in model order); ControllerError when τ is not finite."""
+        if self.law.mode == "gravity_compensation":
+            reference = ()
+        else:
+            reference = self.reference(reference_time)
+        self.healthy = False
+        with np.errstate(all="ignore"):  # overflow is refused below, with its cause
+            try:
+                tau, error = self.law.effort(q, v, *reference)
+            except ValueError as exc:  # a non-finite commanded acceleration, say
+                raise ControllerError(f"the computed effort is not finite ({exc}): the state "
+                                      "or the reference is out of range; nothing published"
+                                      ) from None
+        if not math.isfinite(tau.sum()):
+            raise ControllerError("the computed effort is not finite: the state or the "
+                                  "reference is out of range; nothing published")
+        self.healthy = True
+        return tau, np.zeros(self.model.nv) if error is None else error
+
+    def effort_at(self, t: float, q: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """τ in model order at a simulated instant: the commanded joints' efforts clamped to
+        the limits, zero on the others (``~/simulate`` rolls out the node's law this way)."""
+        tau, _ = self.effort(q, v, t)
+        limit = self.model.effort_limit[self.index] * self.effort_scale
+        out = np.zeros(self.model.nv)
+        out[self.index] = np.clip(tau[self.index], -limit, limit)
+        return out
 
     def compute(self, now: float, reference_time: float | None = None) -> ControlOutput:
         """The effort command at ``now``; raises ControllerError when the state is unusable.
@@ -496,24 +523,8 @@ class JointController:
                 f"joint state is stale ({age * 1e3:.0f} ms old, limit "
                 f"{self.max_state_age * 1e3:.0f} ms)"
             )
-        v_friction = self.v  # gravity mode: losses at the measured velocity
-        if self.mode == "gravity":
-            tau = self.backend.gravity(self.q)
-            error = np.zeros(self.model.nv)
-        else:
-            q_d, v_d, a_d = self.reference(now if reference_time is None else reference_time)
-            error = q_d - self.q
-            if self.has_continuous:
-                error = position_error(self.model, q_d, self.q, self.continuous)
-            a_command = a_d + self.kd * (v_d - self.v) + self.kp * error
-            tau = self.backend.rnea(self.q, self.v, a_command)
-            # Feed-forward on the reference velocity: compensating friction from the measured
-            # (noisy, a step late) velocity is a high-gain positive feedback on light links.
-            v_friction = v_d
-        if self.friction_compensation:
-            tau = tau + friction_compensation(self.model, v_friction)
-        if not math.isfinite(tau.sum()):
-            raise ControllerError("the computed effort is not finite; nothing published")
+        tau, error = self.effort(self.q, self.v, now if reference_time is None
+                                 else reference_time)
         limit = self.model.effort_limit[self.index] * self.effort_scale
         wanted = tau[self.index]
         command = np.clip(wanted, -limit, limit)
@@ -521,3 +532,20 @@ class JointController:
         if (command != wanted).any():
             clamped = [name for name, c, t in zip(self.joints, command, wanted) if c != t]
         return ControlOutput(command, clamped, error[self.index])
+
+
+def check_gains(gains, name: str, count: int | None = None) -> np.ndarray:
+    """Gains as a finite, non-negative array: one value (every joint) or ``count`` values;
+    without a ``count`` (no model yet) only the values are checked."""
+    try:
+        values = np.atleast_1d(np.asarray(gains, dtype=float))
+    except (TypeError, ValueError):
+        raise ControllerError(f"{name} must be numbers, got {gains!r}") from None
+    if values.ndim != 1 or values.size == 0:
+        raise ControllerError(f"{name} needs at least one value")
+    if not np.all(np.isfinite(values)) or np.any(values < 0):
+        raise ControllerError(f"{name} must be finite and ≥ 0, got {values.tolist()}")
+    if count is not None and values.size not in (1, count):
+        raise ControllerError(f"{name} needs 1 or {count} values (one per commanded joint), "
+                              f"got {values.size}")
+    return np.full(count, values[0]) if count is not None and values.size == 1 else values

@@ -1,8 +1,8 @@
-"""Between ROS messages and the model's joint vectors: by joint name, checked, rclpy-free.
+"""Between ROS messages and the model's vectors: by joint name, checked, rclpy-free.
 
 Nothing here imports rclpy or message packages: messages are read through their fields
-(``msg.name``, ``wrench.force.x``), so every function is testable with plain Python values.
-Errors are ``ConversionError`` (a ``ValueError``) whose message names the offending field.
+(``msg.joint_names``, ``wrench.force.x``), so every function is testable with plain Python
+values. Errors are ``ConversionError`` (a ``ValueError``) whose message names the field.
 """
 
 from __future__ import annotations
@@ -12,16 +12,21 @@ from typing import Any
 
 import numpy as np
 
+from .control import MAX_TRAJECTORY_POINTS, TrajectoryPoint
+from .model import Model
+
 __all__ = [
+    "MAX_WRENCHES",
     "ConversionError",
-    "clamp_efforts",
-    "missing_joints",
-    "named_state",
-    "optional_by_name",
-    "values_by_name",
+    "JointLayout",
+    "seconds",
+    "trajectory_points",
     "wrench_to_array",
     "wrenches_by_link",
 ]
+
+# External wrenches per request: a few per link is all a robot has
+MAX_WRENCHES = 1000
 
 
 class ConversionError(ValueError):
@@ -39,85 +44,95 @@ def _as_finite(values: Sequence[float], field: str) -> np.ndarray:
     return arr
 
 
-def _check_names(names: Sequence[str], field: str) -> None:
-    seen: set[str] = set()
-    for name in names:
-        if name in seen:
-            raise ConversionError(f"{field}: joint {name!r} appears twice")
-        seen.add(name)
+def seconds(stamp: Any) -> float:
+    """A builtin_interfaces Time or Duration in seconds."""
+    return stamp.sec + stamp.nanosec * 1e-9
 
 
-def missing_joints(joints: Sequence[str], names: Sequence[str]) -> list[str]:
-    """The entries of ``joints`` that ``names`` does not mention, in ``joints`` order."""
-    present = set(names)
-    return [j for j in joints if j not in present]
+def trajectory_points(points: Sequence[Any], field: str = "points") -> list[TrajectoryPoint]:
+    """trajectory_msgs/JointTrajectoryPoint → TrajectoryPoint (empty arrays: not given)."""
+    if len(points) > MAX_TRAJECTORY_POINTS:
+        raise ConversionError(f"{field}: {len(points)} points; at most {MAX_TRAJECTORY_POINTS}")
+    return [TrajectoryPoint(seconds(p.time_from_start), p.positions,
+                            p.velocities if len(p.velocities) else None,
+                            p.accelerations if len(p.accelerations) else None) for p in points]
 
 
-def values_by_name(
-    joints: Sequence[str],
-    names: Sequence[str],
-    values: Sequence[float],
-    field: str,
-    *,
-    names_field: str = "name",
-    allow_extra: bool = True,
-) -> np.ndarray:
-    """``values`` (one per entry of ``names``) reordered as ``joints``.
+class JointLayout:
+    """Where the coordinates of the request's joints sit in the model's q and v.
 
-    Every joint must be named once; names that are not in ``joints`` are ignored when
-    ``allow_extra`` (a JointState from a driver with grippers, mimic joints, ...) and an error
-    otherwise (a service request with a typo).
+    ``q_index[k]`` is the model q entry of the request's k-th position value, ``v_index[k]``
+    the model v entry of its k-th velocity (also effort, acceleration) value.
     """
-    if len(values) != len(names):
-        raise ConversionError(
-            f"{field} has {len(values)} values but {names_field} has {len(names)} names")
-    _check_names(names, names_field)
-    arr = _as_finite(values, field)
-    index = {name: k for k, name in enumerate(names)}
-    if not allow_extra:
-        known = set(joints)
-        unknown = [n for n in names if n not in known]
+
+    def __init__(self, model: Model, names: Sequence[str], field: str = "joint_names"):
+        names = list(names)
+        index = {name: k for k, name in enumerate(model.joint_names)}
+        unknown = [n for n in names if n not in index]
         if unknown:
-            raise ConversionError(
-                f"{names_field}: unknown joints {unknown}; the model's joints are {list(joints)}")
-    missing = missing_joints(joints, names)
-    if missing:
-        raise ConversionError(f"{names_field}: missing joints {missing}")
-    return np.array([arr[index[j]] for j in joints], dtype=float)
+            hint = " (mimic joints follow their leader)" if set(unknown) & set(
+                model.mimic_joints) else ""
+            raise ConversionError(f"{field}: unknown joints {unknown}{hint}; the model's joints "
+                                  f"are {model.joint_names}")
+        repeated = [n for k, n in enumerate(names) if n in names[:k]]
+        if repeated:
+            raise ConversionError(f"{field}: joint {repeated[0]!r} appears twice")
+        missing = [n for n in model.joint_names if n not in set(names)]
+        if missing:
+            raise ConversionError(f"{field}: missing joints {missing}")
+        q_ends = [*model.joint_q_index[1:], model.nq]
+        v_ends = [*model.joint_v_index[1:], model.nv]
+        q_index: list[int] = []
+        v_index: list[int] = []
+        self.quaternions: list[tuple[str, int]] = []  # (joint, q index of qx)
+        for name in names:
+            j = index[name]
+            if model.joint_kinds[j] == "free":
+                self.quaternions.append((name, model.joint_q_index[j] + 3))
+            q_index.extend(range(model.joint_q_index[j], q_ends[j]))
+            v_index.extend(range(model.joint_v_index[j], v_ends[j]))
+        self.model, self.names, self.field = model, names, field
+        self.q_index = np.array(q_index, dtype=int)
+        self.v_index = np.array(v_index, dtype=int)
+        self.multi = len(q_index) != len(names) or len(v_index) != len(names)
 
+    def _values(self, values: Sequence[float], field: str, size: int) -> np.ndarray:
+        if len(values) != size:
+            blocks = " (a free-flyer takes 7 positions and 6 velocities, a planar joint 3)" \
+                if self.multi else ""
+            raise ConversionError(f"{field} has {len(values)} values; {self.field} "
+                                  f"{self.names} needs {size}{blocks}")
+        try:
+            arr = np.asarray(values, dtype=float).reshape(-1)
+        except (TypeError, ValueError):
+            raise ConversionError(f"{field}: not an array of numbers") from None
+        if not np.all(np.isfinite(arr)):
+            bad = int(np.flatnonzero(~np.isfinite(arr))[0])
+            raise ConversionError(f"{field}[{bad}] is {arr[bad]} (NaN or inf)")
+        return arr
 
-def optional_by_name(
-    joints: Sequence[str],
-    names: Sequence[str],
-    values: Sequence[float],
-    field: str,
-    *,
-    names_field: str = "joint_names",
-    allow_extra: bool = False,
-) -> np.ndarray:
-    """Like ``values_by_name``, but an empty ``values`` means zeros."""
-    if len(values) == 0:
-        return np.zeros(len(joints))
-    return values_by_name(joints, names, values, field, names_field=names_field,
-                          allow_extra=allow_extra)
+    def positions(self, values: Sequence[float], field: str = "positions") -> np.ndarray:
+        """The model's q; free-flyer quaternions normalised (zero norm: an error)."""
+        q = self.model.neutral_configuration()
+        q[self.q_index] = self._values(values, field, len(self.q_index))
+        for name, qi in self.quaternions:
+            norm = float(np.linalg.norm(q[qi:qi + 4]))
+            if norm < 1e-9:
+                raise ConversionError(f"{field}: the quaternion of joint {name!r} has zero norm")
+            q[qi:qi + 4] /= norm
+        return q
 
+    def velocities(self, values: Sequence[float], field: str) -> np.ndarray:
+        """The model's v (or a, τ) from one value per velocity coordinate; empty: zeros."""
+        v = np.zeros(self.model.nv)
+        if len(values):
+            v[self.v_index] = self._values(values, field, len(self.v_index))
+        return v
 
-def named_state(
-    joints: Sequence[str],
-    request: Any,
-    fields: Sequence[str],
-) -> list[np.ndarray]:
-    """Vectors in ``joints`` order from a request with ``joint_names`` and array ``fields``.
+    def out(self, x: np.ndarray) -> list[float]:
+        """A model-ordered v-sized vector in the request's order."""
+        return x[self.v_index].tolist()
 
-    The first field (positions) is required; the others may be empty (zeros). Unknown joint
-    names are an error: a request names exactly the model's joints, in any order.
-    """
-    names = list(request.joint_names)
-    out = [values_by_name(joints, names, list(getattr(request, fields[0])), fields[0],
-                          names_field="joint_names", allow_extra=False)]
-    for field in fields[1:]:
-        out.append(optional_by_name(joints, names, list(getattr(request, field)), field))
-    return out
 
 
 def wrench_to_array(wrench: Any) -> np.ndarray:
@@ -139,6 +154,8 @@ def wrenches_by_link(
     if len(links) != len(wrenches):
         raise ConversionError(
             f"wrenches has {len(wrenches)} entries but wrench_links has {len(links)}")
+    if len(links) > MAX_WRENCHES:
+        raise ConversionError(f"wrenches: {len(links)} entries; at most {MAX_WRENCHES}")
     known = set(known_links) if known_links is not None else None
     out: dict[str, np.ndarray] = {}
     for k, (link, wrench) in enumerate(zip(links, wrenches)):
@@ -147,11 +164,3 @@ def wrenches_by_link(
         value = _as_finite(wrench_to_array(wrench), f"wrenches[{k}]")
         out[link] = out[link] + value if link in out else value
     return out
-
-
-def clamp_efforts(tau: np.ndarray, limits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``tau`` clipped to ±``limits`` (inf: no clamp), and a mask of the clipped entries."""
-    limits = np.asarray(limits, dtype=float)
-    clamped = np.clip(tau, -limits, limits)
-    return clamped, clamped != tau
-

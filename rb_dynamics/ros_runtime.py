@@ -1,15 +1,21 @@
-"""Running an rclpy node until SIGINT/SIGTERM, without ``rclpy.spin``'s occasional signal hang.
+"""Running rclpy nodes: until SIGINT/SIGTERM within a bounded time, a thread per hot path,
+throttled warnings, draining a subscription's queue.
 
-``rclpy.spin()`` sometimes sits in the wait set after a signal (shared/notes/ros2-from-pypi.md);
-spinning once with a timeout in a loop that checks a flag set by our own handlers always exits.
+``rclpy.spin()`` sometimes sits in the wait set after a signal (seen in 5–10 % of runs with the
+PyPI wheels); spinning once with a timeout in a loop that checks a flag set by our own handlers
+always exits. A watchdog bounds the whole shutdown (``STOP_DEADLINE_S``): a node whose callback
+is stuck still exits, and says so.
 """
 
 from __future__ import annotations
 
 import atexit
+import math
+import os
 import signal
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -19,6 +25,26 @@ from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
 from rclpy.subscription import Subscription
+
+STOP_DEADLINE_S = 1.5  # after a signal the process is gone within this (the README says 2 s)
+
+
+class Warnings:
+    """Warnings at most every ``period`` seconds per kind; the last one is kept for
+    /diagnostics (``last``)."""
+
+    def __init__(self, logger: Any, period: float = 2.0) -> None:
+        self.logger, self.period = logger, period
+        self.last = ""
+        self._when: dict[str, float] = {}
+
+    def __call__(self, text: str, key: str | None = None) -> None:
+        key = key or text
+        now = time.monotonic()
+        if now - self._when.get(key, -math.inf) >= self.period:
+            self._when[key] = now
+            self.logger.warning(text)
+        self.last = text
 
 
 def take_queued(subscription: Subscription, limit: int = 1000) -> Iterator[Any]:
@@ -77,6 +103,15 @@ class SpinThread:
         self.node.destroy_node()
 
 
+def _exit_after(deadline: float, name: str) -> None:
+    """Watchdog: the process exits ``deadline`` s after a stop was asked, whatever runs."""
+    time.sleep(deadline)
+    sys.stderr.write(f"[{name}] a callback did not return within {deadline} s of the stop "
+                     "signal: exiting anyway\n")
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def run_node(factory: Callable[..., Node], args: list[str] | None = None) -> int:
     """Create the node, spin it until a signal, shut down cleanly. Returns an exit code."""
     rclpy.init(args=sys.argv if args is None else args,
@@ -84,7 +119,10 @@ def run_node(factory: Callable[..., Node], args: list[str] | None = None) -> int
     stop = {"requested": False}
 
     def request_stop(_signum, _frame):
-        stop["requested"] = True
+        if not stop["requested"]:
+            stop["requested"] = True
+            threading.Thread(target=_exit_after, args=(STOP_DEADLINE_S, "rb_dynamics"),
+                             daemon=True).start()
 
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     node = None

@@ -7,8 +7,11 @@ initial state), ``~/set_state`` (rb_dynamics_interfaces/SetState: a given state)
 ``~/pause`` (std_srvs/SetBool). Time: the wall clock (times ``real_time_factor``); one step per
 command (``lockstep``); or, with ``use_sim_time``, an external ``/clock``: every clock message
 advances the model to that instant. Optionally publishes ``/clock`` so other nodes can run on
-sim time. Constraints declared as ``constraints.*`` parameters (loop closures, fixed points, welds,
-joint couplings: rb_dynamics/constraint_params.py) are honoured at every step.
+sim time. Constraints declared as ``loop_constraints.*`` parameters (loop closures, fixed
+points, welds, joint couplings: rb_dynamics/constraint_params.py) are honoured at every step.
+The robot: the ``robot_description`` parameter, else ``urdf_path``, else the bundled arm (see
+rb_dynamics/model_source.py). Run-time parameters: ``real_time_factor``, ``command_timeout``;
+the others are read-only.
 """
 
 from __future__ import annotations
@@ -16,11 +19,11 @@ from __future__ import annotations
 import math
 import sys
 import time
-from pathlib import Path
+from typing import Any
 
 import numpy as np
 from builtin_interfaces.msg import Time
-from rclpy.exceptions import ParameterUninitializedException
+from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile, ReliabilityPolicy
@@ -31,92 +34,78 @@ from std_srvs.srv import SetBool, Trigger
 
 from rb_dynamics_interfaces.srv import SetState
 
-from .codegen import compile_dynamics
+from . import ros_params
+from .backend import LiveDynamics
 from .constraint_params import ConstraintParameters
-from .model import load_model
-from .ros_runtime import take_queued
+from .model import Model, load_model
+from .model_source import MODEL_SOURCE_PARAMETERS, ModelSource
+from .ros_params import ParameterSpec
+from .ros_runtime import Warnings, take_queued
 from .simulation import INTEGRATORS, Simulator
 
-DEFAULT_URDF = Path(__file__).resolve().parent / "urdf" / "default_arm.urdf"
+PARAMETERS: dict[str, ParameterSpec] = {
+    **MODEL_SOURCE_PARAMETERS,
+    "joints": ParameterSpec("string[]", [], "order of ~/commands and joint_states ([] = the "
+                            "URDF's actuated joints)", read_only=True),
+    "time_step": ParameterSpec("double", 0.001, "s, integration step", read_only=True,
+                               low=1e-6, high=0.1),
+    "integrator": ParameterSpec("string", "semi_implicit_euler", "integrator", read_only=True,
+                                choices=INTEGRATORS),
+    "publish_rate": ParameterSpec("double", 500.0, "Hz of joint_states (and of the physics "
+                                  "catch-up)", read_only=True, low=0.1, high=10000.0),
+    "real_time_factor": ParameterSpec("double", 1.0, "simulated seconds per wall second",
+                                      low=1e-3, high=1000.0),
+    "gravity": ParameterSpec("double[]", [0.0, 0.0, -9.81], "m/s², in the root frame",
+                             read_only=True),
+    "initial_positions": ParameterSpec("double[]", [], "one per joint ([] = zeros)",
+                                       read_only=True),
+    "damping": ParameterSpec("double[]", [], "per joint, N·m·s/rad ([] = URDF <dynamics>)",
+                             read_only=True),
+    "friction": ParameterSpec("double[]", [], "per joint, N·m ([] = URDF <dynamics>)",
+                              read_only=True),
+    "command_timeout": ParameterSpec("double", 0.5, "s (simulated): older commands fall back "
+                                     "to zero effort", low=0.0, high=1e6),
+    "position_limits": ParameterSpec("bool", True, "URDF position limits act as inelastic "
+                                     "stops", read_only=True),
+    "publish_clock": ParameterSpec("bool", False, "publish /clock so other nodes can "
+                                   "use_sim_time", read_only=True),
+    "start_paused": ParameterSpec("bool", False, "start paused (~/pause false to run)",
+                                  read_only=True),
+    "lockstep": ParameterSpec("bool", False, "one step per command (a controller in the loop "
+                              "sets the pace)", read_only=True),
+    "lockstep_timeout": ParameterSpec("double", 0.5, "wall s without commands after which "
+                                      "lock-step time goes on at the real-time pace",
+                                      read_only=True, low=0.0, high=1e6),
+}
 
 
 class SimulatorNode(Node):
     def __init__(self, **kwargs) -> None:
         super().__init__("rb_simulator", **kwargs)
-        declare = self.declare_parameter
-        declare("robot_description", "")
-        declare("urdf_path", "")
-        declare("joints", Parameter.Type.STRING_ARRAY)
-        declare("time_step", 0.001)
-        declare("publish_rate", 500.0)
-        declare("real_time_factor", 1.0)
-        declare("integrator", "semi_implicit_euler")
-        declare("gravity", [0.0, 0.0, -9.81])
-        declare("initial_positions", Parameter.Type.DOUBLE_ARRAY)
-        declare("damping", Parameter.Type.DOUBLE_ARRAY)
-        declare("friction", Parameter.Type.DOUBLE_ARRAY)
-        declare("command_timeout", 0.5)
-        declare("position_limits", True)
-        declare("publish_clock", False)
-        declare("start_paused", False)
-        # lockstep: one step per command (a controller in the loop sets the pace; without
-        # commands for lockstep_timeout wall seconds, time goes on at the real-time pace)
-        declare("lockstep", False)
-        declare("lockstep_timeout", 0.5)
-        self.model = self._load_model()
+        ros_params.declare(self, PARAMETERS)
+        settings = ros_params.read(self, PARAMETERS)
+        self.warn = Warnings(self.get_logger())
+        self.model = self._load_model(settings)
         self.constraints = ConstraintParameters(self).build(self.model)
-        self.joints = self._joint_order()
+        self.joints = self._joint_order(settings["joints"])
         self.v_index = np.array([self.model.joint_v_index[self.model.joint_index(n)]
-                                 for n in self.joints])
+                                 for n in self.joints], dtype=int)
         self.q_index = np.array([self.model.joint_q_index[self.model.joint_index(n)]
-                                 for n in self.joints])
-        self.sim = Simulator(
-            self.model,
-            dt=self.get_parameter("time_step").value,
-            integrator=self._integrator(),
-            q0=self._initial_configuration(),
-            command_timeout=self.get_parameter("command_timeout").value,
-            forward_dynamics=self._forward_dynamics(),
-            backend=self.backend,
-            constraints=self.constraints or None,
-        )
-        self._last_warning: dict[str, float] = {}
-        self.paused = bool(self.get_parameter("start_paused").value)
-        self.rtf = float(self.get_parameter("real_time_factor").value)
-        if not (self.rtf > 0 and math.isfinite(self.rtf)):
-            raise ValueError("real_time_factor must be positive")
-        self.state_pub = self.create_publisher(JointState, "joint_states", 100)  # 0.1 s of 1 kHz
-        self.clock_pub = (self.create_publisher(Clock, "/clock", 10)
-                          if self.get_parameter("publish_clock").value else None)
-        self.command_sub = self.create_subscription(Float64MultiArray, "~/commands",
-                                                    self._on_commands, 100)
-        self.create_subscription(JointState, "~/joint_commands", self._on_joint_commands, 10)
-        self.create_service(Trigger, "~/reset", self._on_reset)
-        self.create_service(SetBool, "~/pause", self._on_pause)
-        self.create_service(SetState, "~/set_state", self._on_set_state)
-        self.clock_offset = 0.0
-        self.lockstep = bool(self.get_parameter("lockstep").value)
-        self.external_clock = bool(self.get_parameter("use_sim_time").value)
-        if self.external_clock and (self.clock_pub is not None or self.lockstep):
-            raise ValueError("use_sim_time (step on an external /clock) excludes publish_clock "
-                             "and lockstep")
-        self.last_clock: float | None = None
-        self.publish_period = 0.0
-        self.lockstep_timeout = float(self.get_parameter("lockstep_timeout").value)
-        self.last_lockstep = time.monotonic()
-        self.wall_last = time.monotonic()
-        self.sim_debt = 0.0
-        self.steps_done = 0
-        rate = float(self.get_parameter("publish_rate").value)
-        if not (rate > 0 and math.isfinite(rate)):
-            raise ValueError("publish_rate must be positive")
-        if self.external_clock:
-            # best effort matches any /clock publisher; a lost tick only merges two steps
-            self.create_subscription(Clock, "/clock", self._on_clock, QoSProfile(
-                depth=100, reliability=ReliabilityPolicy.BEST_EFFORT))
-            self.publish_period, self.last_publish = 1.0 / rate, -math.inf
-        else:
-            self.timer = self.create_timer(1.0 / rate, self._tick)
+                                 for n in self.joints], dtype=int)
+        self.dynamics = LiveDynamics(self.model)
+        self.sim = Simulator(self.dynamics, dt=settings["time_step"],
+                             integrator=settings["integrator"],
+                             q0=self._initial_configuration(settings["initial_positions"]),
+                             command_timeout=settings["command_timeout"],
+                             constraints=self.constraints or None)
+        self.rtf = settings["real_time_factor"]
+        self.problem = self.model.forward_dynamics_problem()
+        self.paused = bool(settings["start_paused"]) or self.problem is not None
+        if self.problem:
+            self.get_logger().error(f"{self.problem}: the simulator stays paused")
+        self._make_topics_and_services()
+        self._make_clock(settings)
+        self.add_on_set_parameters_callback(self._on_set_parameters)
         self.get_logger().info(
             f"simulating {self.model.name!r} ({len(self.joints)} joints, "
             f"{self.sim.integrator}, dt={self.sim.dt}, RTF {self.rtf}); commands on "
@@ -126,69 +115,87 @@ class SimulatorNode(Node):
 
     # ------------------------------------------------------------------ set-up
 
-    def _optional(self, name: str):
-        """The value of a parameter declared without a default, or None when it is unset."""
-        try:
-            return self.get_parameter(name).value
-        except ParameterUninitializedException:
-            return None
+    def _make_topics_and_services(self) -> None:
+        self.state_pub = self.create_publisher(JointState, "joint_states", 100)  # 0.1 s of 1 kHz
+        self.command_sub = self.create_subscription(Float64MultiArray, "~/commands",
+                                                    self._on_commands, 100)
+        self.joint_command_sub = self.create_subscription(
+            JointState, "~/joint_commands", self._on_joint_commands, 10)
+        self.create_service(Trigger, "~/reset", self._on_reset)
+        self.create_service(SetBool, "~/pause", self._on_pause)
+        self.create_service(SetState, "~/set_state", self._on_set_state)
 
-    def _load_model(self):
-        description = self.get_parameter("robot_description").value
-        path = self.get_parameter("urdf_path").value or str(DEFAULT_URDF)
-        source = description or path
-        gravity = self.get_parameter("gravity").value
-        model = load_model(source, gravity=gravity)
-        for name, values in (("damping", self._optional("damping")),
-                             ("friction", self._optional("friction"))):
-            if values is not None and len(values) > 0:
+    def _make_clock(self, settings: dict[str, Any]) -> None:
+        """Wall-clock pacing (a timer), lock-step, or stepping on an external /clock."""
+        self.clock_pub = (self.create_publisher(Clock, "/clock", 10)
+                          if settings["publish_clock"] else None)
+        self.clock_offset = 0.0
+        self.lockstep = bool(settings["lockstep"])
+        self.external_clock = bool(self.get_parameter("use_sim_time").value)
+        if self.external_clock and (self.clock_pub is not None or self.lockstep):
+            raise ValueError("use_sim_time (step on an external /clock) excludes publish_clock "
+                             "and lockstep")
+        self.last_clock: float | None = None
+        self.publish_period = 0.0
+        self.lockstep_timeout = settings["lockstep_timeout"]
+        self.last_lockstep = self.wall_last = time.monotonic()
+        self.sim_debt = 0.0
+        self.steps_done = 0
+        rate = settings["publish_rate"]
+        if self.external_clock:
+            # best effort matches any /clock publisher; a lost tick only merges two steps
+            self.create_subscription(Clock, "/clock", self._on_clock, QoSProfile(
+                depth=100, reliability=ReliabilityPolicy.BEST_EFFORT))
+            self.publish_period, self.last_publish = 1.0 / rate, -math.inf
+        else:
+            self.timer = self.create_timer(1.0 / rate, self._tick)
+
+    def _load_model(self, settings: dict[str, Any]) -> Model:
+        found: list[str] = []
+        ModelSource(self, lambda source, origin: found.append(source), follow_topic=False,
+                    use_bundled=True)
+        model = load_model(found[0], gravity=settings["gravity"])
+        for name in ("damping", "friction"):
+            values = settings[name]
+            if values:
                 if len(values) != model.nv or not all(v >= 0 for v in values):
                     raise ValueError(f"{name} must have {model.nv} non-negative values")
                 getattr(model, name)[:] = values
-        if not self.get_parameter("position_limits").value:
+        if not settings["position_limits"]:
             model.position_lower[:] = -np.inf
             model.position_upper[:] = np.inf
         return model
 
-    def _joint_order(self) -> list[str]:
-        joints = self._optional("joints") or self.model.actuated_joint_names
+    def _joint_order(self, joints: list[str]) -> list[str]:
+        joints = joints or self.model.actuated_joint_names
         unknown = [n for n in joints if n not in self.model.actuated_joint_names]
-        if unknown:
-            raise ValueError(f"joints {unknown} are not actuated joints of the model "
-                             f"({self.model.actuated_joint_names})")
+        if unknown or len(set(joints)) != len(joints):
+            raise ValueError(f"joints {unknown or joints} are not actuated joints of the model, "
+                             f"once each ({self.model.actuated_joint_names})")
         return list(joints)
 
-    def _integrator(self) -> str:
-        name = self.get_parameter("integrator").value
-        if name not in INTEGRATORS:
-            raise ValueError(f"integrator must be one of {INTEGRATORS}, not {name!r}")
-        return name
-
-    def _initial_configuration(self) -> np.ndarray:
+    def _initial_configuration(self, values: list[float]) -> np.ndarray:
         q0 = self.model.neutral_configuration()
-        values = self._optional("initial_positions")
-        if values is not None and len(values) > 0:
+        if values:
             if len(values) != len(self.joints):
                 raise ValueError(f"initial_positions must have {len(self.joints)} values "
                                  f"(one per joint in {self.joints})")
-            for name, value in zip(self.joints, values):
-                q0[self.model.joint_q_index[self.model.joint_index(name)]] = value
+            q0[self.q_index] = values
         return q0
 
-    def _forward_dynamics(self):
-        fast = compile_dynamics(self.model)
-        self.backend = fast
-        return lambda model, q, v, tau, f_ext=None: fast.aba(q, v, tau)
+    def _on_set_parameters(self, parameters: list[Parameter]) -> SetParametersResult:
+        """The run-time parameters (real_time_factor, command_timeout), validated first;
+        every other one is read-only."""
+        try:
+            changes = {p.name: ros_params.check(p.name, PARAMETERS[p.name], p.value)
+                       for p in parameters if p.name in PARAMETERS}
+        except ValueError as exc:
+            return SetParametersResult(successful=False, reason=str(exc))
+        self.rtf = changes.get("real_time_factor", self.rtf)
+        self.sim.command_timeout = changes.get("command_timeout", self.sim.command_timeout)
+        return SetParametersResult(successful=True)
 
     # ------------------------------------------------------------------ callbacks
-
-    def _warn(self, text: str, key: str | None = None) -> None:
-        """A warning at most every 2 s per kind (``key``, default: the text)."""
-        key = key or text
-        now = time.monotonic()
-        if now - self._last_warning.get(key, -math.inf) >= 2.0:
-            self._last_warning[key] = now
-            self.get_logger().warning(text)
 
     def _apply(self, efforts: np.ndarray) -> None:
         tau = self.sim.command.copy() if not self.sim.command_timed_out else \
@@ -197,7 +204,7 @@ class SimulatorNode(Node):
         clipped = self.sim.set_command(tau)
         if clipped.any():
             names = [n for n, k in zip(self.joints, self.v_index) if clipped[k]]
-            self._warn(f"effort command clamped to the URDF limits on {names}", "clamp")
+            self.warn(f"effort command clamped to the URDF limits on {names}", "clamp")
         if self.lockstep and not self.paused:
             self._advance(self.sim.dt)
             self.last_lockstep = time.monotonic()
@@ -211,26 +218,26 @@ class SimulatorNode(Node):
             msg = newer
         data = np.asarray(msg.data, dtype=float)
         if data.shape != (len(self.joints),):
-            self._warn(f"~/commands: got {data.size} values, expected {len(self.joints)} "
+            self.warn(f"~/commands: got {data.size} values, expected {len(self.joints)} "
                        f"ordered as {self.joints}; ignored", "commands length")
             return
         if not np.all(np.isfinite(data)):
-            self._warn("~/commands: NaN or inf in the command; ignored")
+            self.warn("~/commands: NaN or inf in the command; ignored")
             return
         self._apply(data)
 
     def _on_joint_commands(self, msg: JointState) -> None:
         if len(msg.effort) != len(msg.name):
-            self._warn("~/joint_commands: effort and name have different lengths; ignored")
+            self.warn("~/joint_commands: effort and name have different lengths; ignored")
             return
         unknown = [n for n in msg.name if n not in self.joints]
         if unknown or len(set(msg.name)) != len(msg.name):
-            self._warn(f"~/joint_commands: unknown or repeated joints {unknown or msg.name}; "
+            self.warn(f"~/joint_commands: unknown or repeated joints {unknown or msg.name}; "
                        "ignored", "joint_commands names")
             return
         efforts = np.asarray(msg.effort, dtype=float)
         if not np.all(np.isfinite(efforts)):
-            self._warn("~/joint_commands: NaN or inf in the efforts; ignored")
+            self.warn("~/joint_commands: NaN or inf in the efforts; ignored")
             return
         current = self.sim.applied_effort[self.v_index].copy()
         for name, value in zip(msg.name, efforts):
@@ -270,6 +277,9 @@ class SimulatorNode(Node):
         return response
 
     def _on_pause(self, request, response):
+        if not request.data and self.problem:
+            response.success, response.message = False, self.problem
+            return response
         self.paused = bool(request.data)
         response.success = True
         response.message = "paused" if self.paused else "running"
@@ -295,7 +305,7 @@ class SimulatorNode(Node):
         """use_sim_time: simulate up to the clock's instant, then publish (at publish_rate)."""
         now = msg.clock.sec + msg.clock.nanosec * 1e-9
         if self.last_clock is not None and not (0.0 <= now - self.last_clock <= 1.0):
-            self._warn(f"/clock jumped by {now - self.last_clock:+.3f} s: following it without "
+            self.warn(f"/clock jumped by {now - self.last_clock:+.3f} s: following it without "
                        "simulating the gap", "clock jump")
             self.last_clock, self.last_publish = None, -math.inf
         if self.last_clock is None or self.paused:
@@ -317,7 +327,7 @@ class SimulatorNode(Node):
         try:
             steps = self.sim.advance(duration)
             finite = np.all(np.isfinite(self.sim.q)) and np.all(np.isfinite(self.sim.v))
-        except (ValueError, np.linalg.LinAlgError) as exc:
+        except (ValueError, ArithmeticError, np.linalg.LinAlgError) as exc:
             steps, finite = 0, False
             self.get_logger().error(f"simulation step failed: {exc}")
         if not finite:

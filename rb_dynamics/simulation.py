@@ -18,12 +18,12 @@ is zeroed (with constraints, a stop can open a loop: keep loops away from the li
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from . import dynamics
+from .backend import Dynamics
 from .constraints import ConstraintSet
 from .model import Model
 from .spatial import quat_to_matrix, skew
@@ -45,7 +45,6 @@ INTEGRATORS = ("semi_implicit_euler", "rk4")
 # friction compensation, so that a controller with compensation cancels it exactly. A sharper
 # ε makes the friction of light links (wrists) too stiff for explicit integration at 1 ms.
 COULOMB_SMOOTHING = 0.1
-ForwardDynamics = Callable[..., np.ndarray]
 
 
 def _so3_left_jacobian(phi: np.ndarray) -> np.ndarray:
@@ -132,13 +131,7 @@ def apply_position_limits(model: Model, q: np.ndarray, v: np.ndarray) -> tuple[n
     return q, v, hit
 
 
-def _mass_and_bias(model: Model, q, v, backend) -> tuple[np.ndarray, np.ndarray]:
-    if backend is not None:
-        return backend.crba(q), backend.nonlinear_effects(q, v)
-    return dynamics.crba(model, q), dynamics.nonlinear_effects(model, q, v)
-
-
-def _accel_implicit_losses(model: Model, q, v, tau, dt: float, backend,
+def _accel_implicit_losses(dyn: Dynamics, q, v, tau, dt: float,
                            constraints: ConstraintSet | None = None,
                            t: float = 0.0) -> np.ndarray:
     """Acceleration over a step with the joint losses taken at the end of the step, linearised:
@@ -147,19 +140,19 @@ def _accel_implicit_losses(model: Model, q, v, tau, dt: float, backend,
     Friction of a light link (a wrist: 0.2 N·m over ε = 0.1 rad/s on 1e-4 kg·m²) is far too
     stiff for an explicit step at 1 ms; this form is stable for any damping.
     """
+    model = dyn.model
     slope = model.damping + model.friction / COULOMB_SMOOTHING / np.cosh(
         np.clip(v / COULOMB_SMOOTHING, -300, 300)) ** 2
-    M, h = _mass_and_bias(model, q, v, backend)
-    lhs = M + dt * np.diag(slope)
-    rhs = tau + joint_losses(model, v) - h
+    lhs = dyn.crba(q) + dt * np.diag(slope)
+    rhs = tau + joint_losses(model, v) - dyn.nonlinear_effects(q, v)
     if constraints:
         # the same Gauss principle in the metric of the step's effective inertia
         return constraints.solve(model, q, v, lhs, rhs, t).qdd
     return np.linalg.solve(lhs, rhs)
 
 
-def project_onto_constraints(model: Model, q: np.ndarray, v: np.ndarray,
-                             constraints: ConstraintSet, t: float = 0.0, backend=None,
+def project_onto_constraints(dyn: Dynamics, q: np.ndarray, v: np.ndarray,
+                             constraints: ConstraintSet, t: float = 0.0,
                              tolerance: float = 1e-12, max_iterations: int = 1,
                              ) -> tuple[np.ndarray, np.ndarray]:
     """The state put back on the holonomic constraints after a step.
@@ -171,6 +164,7 @@ def project_onto_constraints(model: Model, q: np.ndarray, v: np.ndarray,
     O(dt²) drift per step then never accumulates (Baumgarte alone leaves ~1e-3 m on a
     four-bar at 1 ms with semi-implicit Euler).
     """
+    model = dyn.model
     holonomic = [c for c in constraints.constraints if c.holonomic]
     if not holonomic:
         return q, v
@@ -181,7 +175,7 @@ def project_onto_constraints(model: Model, q: np.ndarray, v: np.ndarray,
         if np.abs(phi).max() <= tolerance:
             break
         q = integrate(model, q, -(np.linalg.pinv(A) @ phi))
-    M = backend.crba(q) if backend is not None else dynamics.crba(model, q)
+    M = dyn.crba(q)
     Minv_At = np.linalg.solve(M, A.T)
     v = v - Minv_At @ (np.linalg.pinv(A @ Minv_At) @ (A @ v))
     return q, v
@@ -196,44 +190,40 @@ class SimulationStep:
 
 
 def step(
-    model: Model,
+    dyn: Dynamics,
     q: np.ndarray,
     v: np.ndarray,
     tau: np.ndarray,
     dt: float,
     method: str = "rk4",
     *,
-    forward_dynamics: ForwardDynamics = dynamics.aba,
     f_ext=None,
     losses: bool = True,
     limits: bool = True,
-    backend=None,
     constraints: ConstraintSet | None = None,
     t: float = 0.0,
 ) -> SimulationStep:
     """One integration step of length ``dt`` under the constant torque ``tau``.
 
-    With a dynamics ``backend`` (``crba`` and ``nonlinear_effects``), semi-implicit Euler
-    treats the joint losses linearly implicitly (see ``_accel_implicit_losses``). With
-    ``constraints``, every acceleration is the constrained one (``forward_dynamics`` and
-    ``f_ext`` are then not used; ``t`` is the time the constraints see).
+    ``dyn`` is the model's dynamics (``rb_dynamics.backend``). Semi-implicit Euler treats the
+    joint losses linearly implicitly (see ``_accel_implicit_losses``). With ``constraints``,
+    every acceleration is the constrained one (``f_ext`` is then not used; ``t`` is the time
+    the constraints see).
     """
     if not (dt > 0 and math.isfinite(dt)):
         raise ValueError(f"dt must be positive and finite, got {dt}")
+    model = dyn.model
 
     def accel(qs, vs):
         applied = tau + joint_losses(model, vs) if losses else tau
         if constraints:
-            M, h = _mass_and_bias(model, qs, vs, backend)
-            return constraints.solve(model, qs, vs, M, applied - h, t).qdd
-        return forward_dynamics(model, qs, vs, applied, f_ext) if f_ext else \
-            forward_dynamics(model, qs, vs, applied)
+            h = dyn.nonlinear_effects(qs, vs)
+            return constraints.solve(model, qs, vs, dyn.crba(qs), applied - h, t).qdd
+        return dyn.aba(qs, vs, applied, f_ext or None)
 
     if method == "semi_implicit_euler":
-        stiff = losses and backend is not None and not f_ext and (
-            model.damping.any() or model.friction.any())
-        a = _accel_implicit_losses(model, q, v, tau, dt, backend, constraints, t) if stiff \
-            else accel(q, v)
+        stiff = losses and not f_ext and (model.damping.any() or model.friction.any())
+        a = _accel_implicit_losses(dyn, q, v, tau, dt, constraints, t) if stiff else accel(q, v)
         v_next = v + a * dt
         q_next = integrate(model, q, v_next, dt)
     elif method == "rk4":
@@ -253,8 +243,7 @@ def step(
     if limits:
         q_next, v_next, hit = apply_position_limits(model, q_next, v_next)
     if constraints and constraints.projection:
-        q_next, v_next = project_onto_constraints(model, q_next, v_next, constraints, t + dt,
-                                                  backend)
+        q_next, v_next = project_onto_constraints(dyn, q_next, v_next, constraints, t + dt)
     return SimulationStep(q_next, v_next, a, hit)
 
 
@@ -265,19 +254,16 @@ class Simulator:
     (of simulated time) after the last one, so a dead controller leaves a limp, not a stuck, arm.
     """
 
-    def __init__(self, model: Model, dt: float = 1e-3, integrator: str = "semi_implicit_euler",
+    def __init__(self, dyn: Dynamics, dt: float = 1e-3, integrator: str = "semi_implicit_euler",
                  q0: np.ndarray | None = None, v0: np.ndarray | None = None,
-                 command_timeout: float = 0.5,
-                 forward_dynamics: ForwardDynamics = dynamics.aba, backend=None,
-                 constraints: ConstraintSet | None = None):
+                 command_timeout: float = 0.5, constraints: ConstraintSet | None = None):
         if integrator not in INTEGRATORS:
             raise ValueError(f"integrator must be one of {INTEGRATORS}, not {integrator!r}")
         if not (dt > 0 and math.isfinite(dt)):
             raise ValueError(f"dt must be positive and finite, got {dt}")
-        self.model, self.dt, self.integrator = model, float(dt), integrator
+        model = dyn.model
+        self.dynamics, self.model, self.dt, self.integrator = dyn, model, float(dt), integrator
         self.command_timeout = float(command_timeout)
-        self.forward_dynamics = forward_dynamics
-        self.backend = backend  # crba + nonlinear_effects: implicit joint losses
         self.constraints = constraints
         self.q0 = model.neutral_configuration() if q0 is None else \
             normalize_configuration(model, dynamics.check_vector(q0, model.nq, "q0"))
@@ -315,9 +301,8 @@ class Simulator:
         """Advance by ``duration`` seconds in steps of dt (at most ``max_steps``)."""
         steps = min(round(duration / self.dt), max_steps)
         for _ in range(steps):
-            result = step(self.model, self.q, self.v, self.applied_effort, self.dt,
-                          self.integrator, forward_dynamics=self.forward_dynamics,
-                          backend=self.backend, constraints=self.constraints, t=self.time)
+            result = step(self.dynamics, self.q, self.v, self.applied_effort, self.dt,
+                          self.integrator, constraints=self.constraints, t=self.time)
             self.q, self.v, self.a, self.limit_hit = result.q, result.v, result.a, result.limit_hit
             self.time += self.dt
         return steps
@@ -326,6 +311,4 @@ class Simulator:
         """Largest |φ| (m, rad) or |A q̇ − c| of the constraints at the current state."""
         if not self.constraints:
             return 0.0
-        rows = [c.rows(self.model, self.q, self.v, self.time, self.constraints.gains)
-                for c in self.constraints.constraints]
-        return float(max((np.abs(r.violation).max(initial=0.0) for r in rows), default=0.0))
+        return self.constraints.violation(self.model, self.q, self.v, self.time)

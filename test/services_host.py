@@ -18,7 +18,7 @@ import sys
 from rclpy.node import Node
 from std_msgs.msg import UInt64
 
-from rb_dynamics.codegen import compile_dynamics
+from rb_dynamics.backend import make_dynamics
 from rb_dynamics.constraint_params import ConstraintParameters
 from rb_dynamics.model import load_model
 from rb_dynamics.ros_runtime import run_node
@@ -32,14 +32,14 @@ def main() -> int:
     parser.add_argument("--gravity", type=float, nargs=3, default=(0.0, 0.0, -9.81))
     options = parser.parse_args(ours)
     model = load_model(options.urdf, gravity=options.gravity)
-    backend = compile_dynamics(model)
+    dynamics = make_dynamics(model)
 
     class Host(Node):
         def __init__(self) -> None:
             super().__init__("rb_dynamics")
             self.ticks = 0
             constraints = ConstraintParameters(self).build(model)
-            self.dynamics_services = DynamicsServices(self, lambda: model, lambda: backend,
+            self.dynamics_services = DynamicsServices(self, lambda: dynamics,
                                                        lambda _model: constraints)
             self.publisher = self.create_publisher(UInt64, "~/ticks", 10)
             self.create_timer(0.001, self._tick)

@@ -93,18 +93,26 @@ def test_four_bar_stays_closed_for_10_s():
     rows = loop.rows(model, q, np.zeros(3), 0.0, gains)
     assert np.abs(rows.violation).max() < 1e-12
 
-    def forward(m, qs, vs, tau, *_):
-        M = fast.crba(qs)
-        F = tau - fast.nonlinear_effects(qs, vs)
-        r = loop.rows(m, qs, vs, 0.0, gains)
-        from rb_dynamics.constraints import rosenberg
+    class ClosedFourBar:
+        """The tree's dynamics with q̈ closed by the loop (planar: the z row is identically 0,
+        so Rosenberg takes the first two)."""
 
-        return rosenberg(M, F, r.A[:2], r.b[:2])[0]  # planar: the z row is identically 0
+        kind = "test"
+
+        def __init__(self) -> None:
+            self.model, self.crba = fast.model, fast.crba
+            self.nonlinear_effects = fast.nonlinear_effects
+
+        def aba(self, qs, vs, tau, f_ext=None):
+            from rb_dynamics.constraints import rosenberg
+
+            F = tau - fast.nonlinear_effects(qs, vs)
+            r = loop.rows(model, qs, vs, 0.0, gains)
+            return rosenberg(fast.crba(qs), F, r.A[:2], r.b[:2])[0]
 
     v, worst = np.zeros(3), 0.0
     for k in range(2000):  # 10 s at 5 ms
-        s = step(model, q, v, np.zeros(3), 5e-3, "rk4", forward_dynamics=forward,
-                 losses=False, limits=False)
+        s = step(ClosedFourBar(), q, v, np.zeros(3), 5e-3, "rk4", losses=False, limits=False)
         q, v = s.q, s.v
         if k % 20 == 0:
             worst = max(worst, float(np.abs(loop.rows(model, q, v, 0.0, gains).violation).max()))

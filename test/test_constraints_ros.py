@@ -51,7 +51,7 @@ def test_simulator_keeps_the_loop_closed_for_10_s(tmp_path, urdf_file):
     params = write_params(tmp_path, "rb_simulator", {
         "urdf_path": str(urdf_file), "gravity": GRAVITY, "initial_positions": Q0,
         "time_step": 0.002, "publish_rate": 100.0, "real_time_factor": 2.0,
-        "publish_clock": True, "constraints": CONSTRAINTS})
+        "publish_clock": True, "loop_constraints": CONSTRAINTS})
     node = NodeProcess("rb_dynamics.sim_node", params)
     peer = Peer("four_bar_peer")
     states: list[JointState] = []
@@ -76,7 +76,7 @@ def test_simulator_keeps_the_loop_closed_for_10_s(tmp_path, urdf_file):
 
 def test_simulator_refuses_a_constraint_on_an_unknown_link(tmp_path, urdf_file):
     params = write_params(tmp_path, "rb_simulator", {
-        "urdf_path": str(urdf_file), "constraints": {
+        "urdf_path": str(urdf_file), "loop_constraints": {
             "names": ["loop"], "loop": {**LOOP, "link_b": "nowhere"}}})
     node = NodeProcess("rb_dynamics.sim_node", params)
     try:
@@ -84,7 +84,7 @@ def test_simulator_refuses_a_constraint_on_an_unknown_link(tmp_path, urdf_file):
     finally:
         node.stop()
     assert node.proc.returncode == 1
-    assert "constraints.loop.link_b: unknown link 'nowhere'" in node.output()
+    assert "loop_constraints.loop.link_b: unknown link 'nowhere'" in node.output()
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +92,7 @@ def host(tmp_path_factory):
     directory = tmp_path_factory.mktemp("four_bar_host")
     urdf = directory / "four_bar.urdf"
     urdf.write_text(four_bar_urdf())
-    params = write_params(directory, "four_bar_services", {"constraints": CONSTRAINTS})
+    params = write_params(directory, "four_bar_services", {"loop_constraints": CONSTRAINTS})
     host_script = str(Path(__file__).with_name("services_host.py"))
     log = tempfile.NamedTemporaryFile(prefix="four_bar_services_", suffix=".log",  # noqa: SIM115
                                       delete=False)
@@ -157,7 +157,7 @@ def test_forward_dynamics_service_answers_the_constrained_acceleration(host):
 def test_control_node_services_refuse_constraints_that_do_not_fit_the_model(tmp_path, urdf_file):
     params = write_params(tmp_path, "rb_dynamics", {
         "urdf_path": str(urdf_file),
-        "constraints": {"names": ["loop"], "loop": {**LOOP, "link_a": "crankshaft"}}})
+        "loop_constraints": {"names": ["loop"], "loop": {**LOOP, "link_a": "crankshaft"}}})
     node = NodeProcess("rb_dynamics.node", params)
     peer = Peer("misfit_peer")
     try:

@@ -237,7 +237,7 @@ def test_hostile_states_and_trajectories_never_move_the_command(rig):
     assert rel_err(tau, ref) <= 1e-9, (tau, ref, rig.node.output())
     # huge but finite positions: a command goes out, clamped
     tau = rig.command_after(joints, np.full(6, 1e12))
-    assert tau is not None and np.all(np.abs(tau) <= model.effort_limit)
+    assert tau is not None and np.all(np.abs(tau) <= model.effort_limit), rig.node.output()
     for command in rig.commands:
         assert np.all(np.isfinite(command.data))
         assert np.all(np.abs(command.data) <= model.effort_limit + 1e-12)

@@ -192,9 +192,7 @@ def _roll_out_here(model, q, v, efforts, dt, steps, method, losses=False):
     fast = compile_dynamics(model)
     states = [(q, v)]
     for k in range(steps):
-        s = step(model, q, v, efforts(k * dt), dt, method,
-                 forward_dynamics=lambda m, qs, vs, t, *a: fast.aba(qs, vs, t),
-                 losses=losses, limits=losses, backend=fast if losses else None)
+        s = step(fast, q, v, efforts(k * dt), dt, method, losses=losses, limits=losses)
         q, v = s.q, s.v
         states.append((q, v))
     return states

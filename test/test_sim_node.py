@@ -159,9 +159,8 @@ def test_steps_on_an_external_clock_with_use_sim_time(tmp_path):
         assert peer.wait_for(lambda: tick(end) or stamp(states[-1]) >= end - 1e-9, 10)
         assert abs(stamp(states[-1]) - end) < 1e-9
         model = load_model(UR5)
-        reference = Simulator(model, 1e-3, "semi_implicit_euler", q0=np.array(Q0),
-                              backend=compile_dynamics(model),
-                              forward_dynamics=lambda m, q, v, tau, f=None: D.aba(m, q, v, tau))
+        reference = Simulator(compile_dynamics(model), 1e-3, "semi_implicit_euler",
+                              q0=np.array(Q0))
         reference.advance(0.2, 1000)
         np.testing.assert_allclose(states[-1].position, reference.q, rtol=0, atol=1e-9)
         assert np.abs(np.array(states[-1].position) - Q0).max() > 1e-3  # it fell

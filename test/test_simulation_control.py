@@ -11,13 +11,13 @@ from pin_oracle import REAL_ROBOTS, Oracle, random_state, rel_err, robots_dir
 from urdf_samples import kitchen_sink_urdf
 
 from rb_dynamics import dynamics as D
+from rb_dynamics.backend import ReferenceDynamics
 from rb_dynamics.control import (
+    ControlLaw,
     TrajectoryError,
     TrajectoryPoint,
     TrajectorySampler,
     clamp_effort,
-    computed_torque,
-    gravity_compensation,
     position_error,
     wrap_angle,
 )
@@ -55,7 +55,7 @@ def test_free_flyer_motion_conserves_energy_and_momentum():
     e0 = D.kinetic_energy(model, q, v)
     h0 = D.centroidal_momentum(model, q, v)
     for _ in range(250):
-        s = step(model, q, v, zero, 2e-3, "rk4", losses=False, limits=False)
+        s = step(ReferenceDynamics(model), q, v, zero, 2e-3, "rk4", losses=False, limits=False)
         q, v = s.q, s.v
     assert abs(D.kinetic_energy(model, q, v) - e0) / e0 < 1e-6
     assert rel_err(D.centroidal_momentum(model, q, v), h0) < 1e-6
@@ -67,7 +67,8 @@ def test_semi_implicit_euler_keeps_a_pendulum_bounded(ur5):
     energy0 = D.potential_energy(ur5, q)
     drift, swing = 0.0, 0.0
     for _ in range(2000):
-        s = step(ur5, q, v, zero, 1e-3, "semi_implicit_euler", losses=False, limits=False)
+        s = step(ReferenceDynamics(ur5), q, v, zero, 1e-3, "semi_implicit_euler", losses=False,
+                 limits=False)
         q, v = s.q, s.v
         kinetic = D.kinetic_energy(ur5, q, v)
         swing = max(swing, kinetic)
@@ -79,7 +80,7 @@ def test_position_limits_are_inelastic_stops(ur5):
     q, v = np.zeros(6), np.zeros(6)
     q[0] = ur5.position_upper[0] - 1e-4
     v[0] = 5.0
-    s = step(ur5, q, v, np.zeros(6), 1e-3, "rk4")
+    s = step(ReferenceDynamics(ur5), q, v, np.zeros(6), 1e-3, "rk4")
     assert s.q[0] == ur5.position_upper[0] and s.v[0] == 0.0 and s.limit_hit[0]
 
 
@@ -89,16 +90,16 @@ def test_damping_dissipates_energy(ur5):
     q, v = np.zeros(6), np.full(6, 1.0)
     e0 = D.kinetic_energy(ur5_damped, q, v)
     for _ in range(100):
-        s = step(ur5_damped, q, v, np.zeros(6), 1e-3, "rk4", limits=False)
+        s = step(ReferenceDynamics(ur5_damped), q, v, np.zeros(6), 1e-3, "rk4", limits=False)
         q, v = s.q, s.v
     assert D.kinetic_energy(ur5_damped, q, v) < 0.9 * e0
 
 
 def test_bad_integrator_and_dt(ur5):
     with pytest.raises(ValueError, match="integrator must be one of"):
-        step(ur5, np.zeros(6), np.zeros(6), np.zeros(6), 1e-3, "leapfrog")
+        step(ReferenceDynamics(ur5), np.zeros(6), np.zeros(6), np.zeros(6), 1e-3, "leapfrog")
     with pytest.raises(ValueError, match="dt must be positive"):
-        step(ur5, np.zeros(6), np.zeros(6), np.zeros(6), float("nan"))
+        step(ReferenceDynamics(ur5), np.zeros(6), np.zeros(6), np.zeros(6), float("nan"))
 
 
 # ----------------------------------------------------------------------------- control
@@ -129,7 +130,8 @@ def test_computed_torque_is_M_times_command_plus_bias(ur5):
     for _ in range(20):
         q, v, a_d, _ = random_state(ur5, rng)
         q_d, v_d = q + rng.normal(0, 0.1, 6), v + rng.normal(0, 0.1, 6)
-        tau = computed_torque(ur5, q, v, q_d, v_d, a_d, kp, kd)
+        tau, _ = ControlLaw(ReferenceDynamics(ur5), "computed_torque", kp, kd).effort(
+            q, v, q_d, v_d, a_d)
         a_cmd = a_d + kd * (v_d - v) + kp * (q_d - q)
         expected = D.crba(ur5, q) @ a_cmd + D.nonlinear_effects(ur5, q, v)
         assert rel_err(tau, expected) < 1e-10
@@ -137,8 +139,10 @@ def test_computed_torque_is_M_times_command_plus_bias(ur5):
 
 def test_gravity_compensation_and_clamp(ur5):
     q = np.array([0.1, -1.2, 1.0, -0.5, 0.3, 0.0])
-    np.testing.assert_array_equal(gravity_compensation(ur5, q), D.gravity(ur5, q))
-    with_friction = gravity_compensation(ur5, q, np.full(6, 0.5), friction=True)
+    law = ControlLaw(ReferenceDynamics(ur5), "gravity_compensation")
+    np.testing.assert_array_equal(law.effort(q, np.zeros(6))[0], D.gravity(ur5, q))
+    law.friction_compensation = True
+    with_friction, _ = law.effort(q, np.full(6, 0.5))
     assert np.all(with_friction >= D.gravity(ur5, q) - 1e-12)
     tau, clipped = clamp_effort(ur5, np.array([1e4, -1e4, 0, 0, 0, 0]))
     assert tau[0] == ur5.effort_limit[0] and tau[1] == -ur5.effort_limit[1]
@@ -209,11 +213,12 @@ def test_computed_torque_tracks_a_trajectory_in_simulation(ur5):
     v = np.zeros(6)
     goal = q + np.array([0.4, 0.3, -0.3, 0.2, 0.2, 0.5])
     sampler = TrajectorySampler([TrajectoryPoint(1.0, goal, np.zeros(6), np.zeros(6))], 0.0, q, v)
-    kp, kd, dt = np.full(6, 400.0), np.full(6, 40.0), 2e-3
+    law = ControlLaw(ReferenceDynamics(ur5), "computed_torque", np.full(6, 400.0),
+                     np.full(6, 40.0))
+    dt = 2e-3
     for k in range(750):
-        q_d, v_d, a_d, _ = sampler.sample(k * dt)
-        tau, _ = clamp_effort(ur5, computed_torque(ur5, q, v, q_d, v_d, a_d, kp, kd))
-        s = step(ur5, q, v, tau, dt, "rk4", losses=False)
+        tau, _ = clamp_effort(ur5, law.effort(q, v, *sampler.sample(k * dt)[:3])[0])
+        s = step(ReferenceDynamics(ur5), q, v, tau, dt, "rk4", losses=False)
         q, v = s.q, s.v
     assert np.abs(q - goal).max() < 1e-4
 
@@ -283,7 +288,7 @@ def test_controller_computed_torque_follows_a_partial_trajectory(ur5):
         out = ctrl.compute(k * dt)
         tau = np.zeros(6)
         tau[ctrl.index] = out.effort
-        s = step(ur5, q, v, tau, dt, "rk4", losses=False)
+        s = step(ReferenceDynamics(ur5), q, v, tau, dt, "rk4", losses=False)
         q, v = s.q, s.v
         ctrl.update_state(ur5.joint_names, q, v, now=(k + 1) * dt)
     goal = np.array([0.5, -1.5, 1.0, -1.5, -1.5, 0.0])

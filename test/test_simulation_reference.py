@@ -69,9 +69,8 @@ def test_falling_chain_agrees_with_pinocchio_integrated_the_same_way(n, alternat
     dt, worst, lowest = 1e-3, 0.0, 0.0
     com_local = np.array([0.0, 0.05, 0.0])
     for k in range(2000):
-        s = step(model, q_ours, v_ours, np.zeros(n), dt, "rk4",
-                 forward_dynamics=lambda m, q, v, t, *a: fast.aba(q, v, t),
-                 losses=False, limits=False)
+        s = step(fast, q_ours, v_ours, np.zeros(n), dt, "rk4", losses=False,
+                 limits=False)
         q_ours, v_ours = s.q, s.v
         q_pin, v_pin = _rk4(pin_accel, q_pin, v_pin, dt)
         if k % 20 == 19:
@@ -105,9 +104,8 @@ def test_free_panda_keeps_its_energy_for_10_s_with_rk4():
 
     e0, worst = energy(q, v), 0.0
     for k in range(10_000):
-        s = step(model, q, v, zero, 1e-3, "rk4",
-                 forward_dynamics=lambda m, qs, vs, t, *a: fast.aba(qs, vs, t),
-                 losses=False, limits=False)
+        s = step(fast, q, v, zero, 1e-3, "rk4", losses=False,
+                 limits=False)
         q, v = s.q, s.v
         if k % 100 == 99:
             worst = max(worst, abs(energy(q, v) - e0) / abs(e0))
@@ -130,9 +128,8 @@ def test_roll_out_agrees_with_mujoco(n, alternate):
     q, v, worst = np.zeros(n), np.zeros(n), 0.0
     for _ in range(2000):
         mujoco.mj_step(mj_model, mj_data)
-        s = step(model, q, v, np.zeros(n), 1e-3, "rk4",
-                 forward_dynamics=lambda m, qs, vs, t, *a: fast.aba(qs, vs, t),
-                 losses=False, limits=False)
+        s = step(fast, q, v, np.zeros(n), 1e-3, "rk4", losses=False,
+                 limits=False)
         q, v = s.q, s.v
         worst = max(worst, float(np.abs(mj_data.qpos - q).max()))
     print(f"\ntest_roll_out_agrees_with_mujoco: worst {worst:.2e}")
