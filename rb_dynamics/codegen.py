@@ -920,6 +920,7 @@ class FastDynamics:
         self.model = model
         self.ir = ir if ir is not None else _generate(model)
         self.sources = {name: _emit_python(k) for name, k in self.ir.items()}
+        self._undefined = {name: k.error for name, k in self.ir.items() if k.error is not None}
         self._scalar = _compile(self.sources, _SCALAR_NS, "scalar")
         self._array = _compile(self.sources, _ARRAY_NS, "array")
 
@@ -931,11 +932,10 @@ class FastDynamics:
     # --- helpers -----------------------------------------------------------------------
     def _run(self, kernel: str, inputs: list, shape_out: tuple[int, ...]) -> np.ndarray:
         """Validate one state or a batch, run the kernel, refuse a non-finite result."""
-        error = self.ir[kernel].error
-        if error is not None:
-            raise ValueError(error)
+        if kernel in self._undefined:
+            raise ValueError(self._undefined[kernel])
         values = [_check_single(x, n, name) for x, n, name in inputs]
-        if any(x is None for x in values):
+        if None in values:
             return self._batch(kernel, inputs, shape_out)
         try:
             out = self._scalar[kernel](*values)
@@ -943,7 +943,7 @@ class FastDynamics:
             raise ValueError(nonfinite_message(kernel)) from None
         if not _all_finite(out):
             raise ValueError(nonfinite_message(kernel))
-        return np.array(out).reshape(shape_out)
+        return np.array(out) if len(shape_out) == 1 else np.array(out).reshape(shape_out)
 
     def _batch(self, kernel: str, inputs: list, shape_out: tuple[int, ...]) -> np.ndarray:
         arrays = [_ref.check_vector(x, n, name) for x, n, name in inputs]
@@ -994,8 +994,8 @@ class FastDynamics:
             f_ext: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
         """Forward dynamics q̈ (ABA; models with mimic joints use CRBA + unrolled LDLᵀ)."""
         m = self.model
-        if self.ir["aba"].error is not None:
-            raise ValueError(self.ir["aba"].error)
+        if "aba" in self._undefined:
+            raise ValueError(self._undefined["aba"])
         if f_ext:
             return _ref.aba(m, q, v, tau, f_ext)
         return self._run("aba", [(q, m.nq, "q"), (v, m.nv, "v"), (tau, m.nv, "tau")], (m.nv,))

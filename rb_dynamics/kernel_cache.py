@@ -142,6 +142,9 @@ class _Plan:
 def _plan(model: Model, ir: dict[str, KernelIR] | None) -> _Plan:
     if _ckernels is None:
         raise _Failed(_NO_TRAMPOLINE)
+    if _ckernels.ABI != ABI:  # an extension built from an older _ckernels.c
+        raise _Failed(f"rb_dynamics._ckernels has ABI {_ckernels.ABI}, expected {ABI}: rebuild "
+                      "it (pip install -e . or python setup.py build_ext --inplace)")
     if ir is None:
         ir = _generate(model)
     compiler = _find_compiler()
@@ -217,15 +220,16 @@ def _locked(plan: _Plan):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def _build(plan: _Plan) -> str:
-    """Compile ``plan`` into the cache unless it is there; what was done (for the log)."""
+def _build(plan: _Plan, replace: bool = False) -> str:
+    """Compile ``plan`` into the cache unless it is there (or ``replace``: it does not load);
+    what was done (for the log)."""
     directory = plan.path.parent
     try:
         directory.mkdir(parents=True, exist_ok=True)
         if not os.access(directory, os.W_OK):
             raise PermissionError(f"{directory} is not writable")
         with _locked(plan):
-            if plan.path.exists():  # another process built it while we waited
+            if plan.path.exists() and not replace:  # another process built it meanwhile
                 return "compiled by another process"
             start = time.perf_counter()
             workdir = Path(tempfile.mkdtemp(prefix=".build-", dir=directory))
@@ -288,7 +292,7 @@ class CDynamics:
 def _load(plan: _Plan) -> CDynamics:
     try:
         return CDynamics(plan)
-    except (OSError, AttributeError) as exc:  # unreadable, foreign or truncated library
+    except (OSError, AttributeError, TypeError, ValueError) as exc:  # unreadable or foreign
         raise _Failed(f"cannot load {plan.path}: {exc}") from None
 
 
@@ -306,10 +310,11 @@ def cached_kernels(model: Model, ir: dict[str, KernelIR] | None = None) -> CDyna
 
 def _load_or_compile(model: Model, ir: dict[str, KernelIR] | None) -> tuple[CDynamics, str]:
     plan = _plan(model, ir)
-    if plan.path.exists():
+    cached = plan.path.exists()
+    if cached:
         with contextlib.suppress(_Failed):
             return _load(plan), "loaded from the cache"
-    done = _build(plan)  # a library that failed to load is rebuilt over
+    done = _build(plan, replace=cached)  # a library that does not load is rebuilt over
     return _load(plan), done
 
 

@@ -400,6 +400,19 @@ def test_second_process_loads_from_cache_without_compiling(fresh_cache, recordin
     assert len(list(fresh_cache.glob("*.so"))) == 1 and not list(fresh_cache.glob(".build-*"))
 
 
+def test_corrupt_library_in_cache_is_rebuilt(fresh_cache, recording_cc):
+    cc, calls = recording_cc
+    env = {"RB_DYNAMICS_CACHE": str(fresh_cache), "CC": cc}
+    assert _probe(env)["kind"] == "c"
+    (library,) = fresh_cache.glob("*.so")
+    library.write_bytes(b"\x7fELF truncated")
+    n_calls = len(calls.read_text().splitlines())
+    out = _probe(env)
+    assert out["kind"] == "c" and any("compiled in" in r for r in out["records"])
+    assert len(calls.read_text().splitlines()) > n_calls
+    np.testing.assert_allclose(out["gravity"], _python_gravity(), rtol=1e-12, atol=1e-12)
+
+
 def test_processes_starting_together_compile_once(fresh_cache, recording_cc):
     cc, calls = recording_cc
     env = dict(os.environ, RB_DYNAMICS_CACHE=str(fresh_cache), CC=cc,
