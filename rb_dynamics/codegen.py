@@ -1,20 +1,26 @@
 """Model-specialised dynamics kernels (Featherstone §10.4, "model-based code generator").
 
-``compile_dynamics(model)`` writes straight-line Python for the given kinematic tree and
-compiles it. Every spatial quantity is unrolled into scalars; joint axes, tree transforms and
-inertias become literal constants, and terms that are exactly 0 or 1 are folded away, so a
-revolute joint about z costs one ``cos``/``sin`` pair and a handful of products. Transforms are
-kept as (E rotation, r translation) and expanded symbolically.
+``compile_dynamics(model)`` writes straight-line code for the given kinematic tree and
+compiles it: as C (``codegen_c``, compiled and cached by ``kernel_cache``, several times faster
+than Pinocchio per call) when a C compiler is available, else as Python. Every spatial quantity
+is unrolled into scalars; joint axes, tree transforms and inertias become literal constants,
+and terms that are exactly 0 or 1 are folded away, so a revolute joint about z costs one
+``cos``/``sin`` pair and a handful of products. Transforms are kept as (E rotation, r
+translation) and expanded symbolically.
 
-The same generated function body runs on Python floats (one state: no numpy in the inner code)
-and on numpy arrays of shape (N,) (structure of arrays over a batch: each scalar of the
-algorithm is one array), with ``cos``/``sin``/``sqrt`` bound to ``math`` or ``numpy``.
+The Python backend runs the same function body on Python floats (one state: no numpy in the
+inner code) and on numpy arrays of shape (N,) (structure of arrays over a batch: each scalar of
+the algorithm is one array), with ``cos``/``sin``/``sqrt`` bound to ``math`` or ``numpy``.
 
 Snapping: constant rotation entries within 1e-14 of 0 or ±1 (cos(π/2) = 6e-17 from URDF rpy
 angles) and inertia entries below 1e-14 of the body's largest are treated as exact, which
 changes results by ~1e-14 relative at most. ``fast.source`` shows the generated code.
 
-External wrenches (``f_ext``) fall back to the reference ``rb_dynamics.dynamics``.
+External wrenches (``f_ext``) fall back to the reference ``rb_dynamics.dynamics``. Both
+backends refuse a non-finite result with ValueError (a singular matrix in forward dynamics, a
+zero free-flyer quaternion, an overflow). A joint that moves only links without mass or inertia
+has a zero pivot for every state: generation still succeeds, and ``aba`` raises ValueError
+naming the joint and the links.
 """
 
 from __future__ import annotations
@@ -1004,6 +1010,18 @@ class FastDynamics:
 KERNEL_CHOICES = ("auto", "c", "python")
 
 
+def kernels_choice(kernels: str | None = None) -> str:
+    """``kernels`` checked; None: ``$RB_DYNAMICS_KERNELS``, by default "auto"."""
+    if kernels is None:
+        kernels = os.environ.get("RB_DYNAMICS_KERNELS", "").strip().lower() or "auto"
+        if kernels not in KERNEL_CHOICES:
+            raise ValueError(f"RB_DYNAMICS_KERNELS must be one of {KERNEL_CHOICES}, "
+                             f"not {kernels!r}")
+    elif kernels not in KERNEL_CHOICES:
+        raise ValueError(f"kernels must be one of {KERNEL_CHOICES}, not {kernels!r}")
+    return kernels
+
+
 def compile_dynamics(model: Model, kernels: str | None = None):
     """Generate and compile straight-line kernels specialised to ``model``.
 
@@ -1014,13 +1032,7 @@ def compile_dynamics(model: Model, kernels: str | None = None):
     (≤ 1e-12 relative), shapes and exceptions; a model whose forward dynamics is undefined
     (a joint moving only massless links) compiles, and its ``aba`` raises ValueError.
     """
-    if kernels is None:
-        kernels = os.environ.get("RB_DYNAMICS_KERNELS", "").strip().lower() or "auto"
-        if kernels not in KERNEL_CHOICES:
-            raise ValueError(f"RB_DYNAMICS_KERNELS must be one of {KERNEL_CHOICES}, "
-                             f"not {kernels!r}")
-    elif kernels not in KERNEL_CHOICES:
-        raise ValueError(f"kernels must be one of {KERNEL_CHOICES}, not {kernels!r}")
+    kernels = kernels_choice(kernels)
     ir = _generate(model)
     if kernels == "python":
         return FastDynamics(model, ir)

@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from . import dynamics as _ref
-from .codegen import KernelIR, _generate, nonfinite_message
+from .codegen import KernelIR, _generate, kernels_choice, nonfinite_message
 from .codegen_c import ABI, emit_c
 from .model import Model
 
@@ -300,7 +300,10 @@ def cached_kernels(model: Model, ir: dict[str, KernelIR] | None = None) -> CDyna
     """The C kernels of ``model`` if the cache already holds them (no compiler runs), else None.
 
     Costs the code generation (~0.01 s for an arm, ~0.1 s for a humanoid) and a library load.
+    None too when ``$RB_DYNAMICS_KERNELS`` is "python".
     """
+    if kernels_choice() == "python":
+        return None
     try:
         plan = _plan(model, ir)
         return _load(plan) if plan.path.exists() else None
@@ -348,6 +351,9 @@ class KernelBuild:
 
     def _run(self) -> None:
         try:
+            if kernels_choice() == "python":
+                self._result = (None, "RB_DYNAMICS_KERNELS=python")
+                return
             kernels, done = _load_or_compile(self.model, None)
             self._result = (kernels, done)
             log.info("C kernels for model %r: %s (%s)", self.model.name, done, kernels.path)
@@ -355,9 +361,10 @@ class KernelBuild:
             self._result = (None, str(exc))
             log.warning("C kernels unavailable for model %r (%s): using the Python kernels",
                         self.model.name, exc)
-        except Exception as exc:  # noqa: BLE001 - a background build must never raise
-            self._result = (None, f"code generation failed: {exc!r}")
-            log.warning("C kernels unavailable for model %r (%s)", self.model.name, exc)
+        except Exception as exc:  # a background build must never raise
+            self._result = (None, f"{type(exc).__name__}: {exc}")
+            log.warning("C kernels unavailable for model %r (%s)", self.model.name,
+                        self._result[1])
         finally:
             self._done.set()
 
@@ -372,5 +379,6 @@ class KernelBuild:
 
 
 def start_compile(model: Model) -> KernelBuild:
-    """Start loading or compiling the C kernels of ``model`` without blocking the caller."""
+    """Start loading or compiling the C kernels of ``model`` without blocking the caller (the
+    result is None with the reason when ``$RB_DYNAMICS_KERNELS`` is "python")."""
     return KernelBuild(model)

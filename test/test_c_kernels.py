@@ -259,9 +259,12 @@ def test_massless_leaf_has_rnea_but_no_forward_dynamics(module_cache, kind, mimi
 def test_kernel_choice_and_environment(module_cache, monkeypatch):
     model = load_model(kitchen_sink_urdf())
     assert compile_dynamics(model).kind == "c"
+    assert cached_kernels(model).kind == "c"
     monkeypatch.setenv("RB_DYNAMICS_KERNELS", "python")
     assert compile_dynamics(model).kind == "python"
     assert compile_dynamics(model, kernels="c").kind == "c"  # an explicit choice wins
+    assert cached_kernels(model) is None  # nodes switching to C respect the choice too
+    assert start_compile(model).result(timeout=60) == (None, "RB_DYNAMICS_KERNELS=python")
     monkeypatch.setenv("RB_DYNAMICS_KERNELS", "fortran")
     with pytest.raises(ValueError, match="RB_DYNAMICS_KERNELS"):
         compile_dynamics(model)
