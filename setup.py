@@ -2,14 +2,40 @@
 
 from glob import glob
 
-from setuptools import find_packages, setup
+from setuptools import Extension, find_packages, setup
+from setuptools.command.build_ext import build_ext
 
 package_name = "rb_dynamics"
+
+
+class BuildExt(build_ext):
+    """Adds numpy's headers when the build runs, so numpy is needed only then."""
+
+    def build_extension(self, ext):
+        try:
+            import numpy
+        except ImportError as exc:  # an optional extension: the Python kernels remain
+            from setuptools.errors import CompileError
+
+            raise CompileError(f"numpy is needed to build {ext.name}: {exc}") from exc
+        ext.include_dirs.append(numpy.get_include())
+        super().build_extension(ext)
+
+
+# The trampoline into the per-model compiled kernels (rb_dynamics/kernel_cache.py). Optional:
+# without a compiler or numpy at build time the package installs and runs the Python kernels.
+ckernels = Extension(
+    f"{package_name}._ckernels",
+    sources=[f"{package_name}/_ckernels.c"],
+    optional=True,
+)
 
 setup(
     name=package_name,
     version="0.1.0",
     packages=find_packages(exclude=["test", "test.*"]),
+    ext_modules=[ckernels],
+    cmdclass={"build_ext": BuildExt},
     # the bundled robot ships inside the Python package too, so `pip install` (even -e) finds it
     package_data={package_name: ["urdf/*.urdf"]},
     data_files=[
@@ -20,7 +46,7 @@ setup(
         (f"share/{package_name}/urdf", glob(f"{package_name}/urdf/*.urdf")),
     ],
     install_requires=["setuptools", "numpy", "scipy"],
-    zip_safe=True,
+    zip_safe=False,  # a compiled extension
     maintainer="rb_dynamics maintainers",
     maintainer_email="maintainers@users.noreply.example",
     description="Rigid-body dynamics of URDF robots and a ROS 2 node serving them",
