@@ -38,6 +38,8 @@ __all__ = [
 KERNEL_METHODS = ("rnea", "gravity", "nonlinear_effects", "crba", "aba")
 # Generated code grows ~n² with the bodies: beyond this a model stays on the reference, O(n)
 MAX_GENERATED_BODIES = 100
+# compile() of one generated Python kernel holds the GIL: ~0.3 ms per 1,000 characters here
+MAX_PYTHON_KERNEL_CHARS = 100_000
 _log = logging.getLogger("rb_dynamics.kernels")
 
 
@@ -89,17 +91,19 @@ class ReferenceDynamics:
         return dynamics.aba(self.model, q, v, tau, f_ext)
 
 
-def make_dynamics(model: Model, kernels: str = "auto") -> Dynamics:
-    """The fastest dynamics for ``model``, built now: generated kernels, else the reference.
+def make_dynamics(model: Model, kernels: str | None = None) -> Dynamics:
+    """The fastest dynamics for ``model``, built now (blocking): generated kernels (C when a
+    compiler is available, else Python; ``codegen.compile_dynamics``), else the reference.
 
-    ``kernels="reference"`` gives the reference algorithms.
+    ``kernels``: "auto", "c", "python", "reference"; None reads ``$RB_DYNAMICS_KERNELS``.
     """
-    if kernels == "reference" or model.n_bodies > MAX_GENERATED_BODIES:
-        return ReferenceDynamics(model)
-    from .codegen import compile_dynamics
+    from .codegen import compile_dynamics, kernels_choice
 
+    choice = "reference" if kernels == "reference" else kernels_choice(kernels)
+    if choice == "reference" or model.n_bodies > MAX_GENERATED_BODIES:
+        return ReferenceDynamics(model)
     try:
-        return compile_dynamics(model)
+        return compile_dynamics(model, choice)
     except (ValueError, MemoryError, RecursionError) as exc:
         _log.warning("generated kernels unavailable for %r (%s): reference algorithms",
                      model.name, exc)
@@ -110,12 +114,17 @@ class LiveDynamics:
     """Dynamics that answer at once and get faster: the reference until the generated kernels,
     built in a background thread, are ready; then those (``on_switch(kind)`` is called).
 
+    The background thread generates the code (Python, sharing the GIL in slices) and runs the
+    C compiler in subprocesses (no GIL), or loads the kernels from the cache. Without a
+    compiler the Python kernels are used, but only when each is small enough that compiling
+    it (which holds the GIL) cannot stall a control loop (``MAX_PYTHON_KERNEL_CHARS``).
+
     The methods are rebound as attributes when the kernels arrive, so a call costs no extra
     indirection; both implementations give the same results, so a caller that sees the switch
     between two calls gets consistent answers.
     """
 
-    def __init__(self, model: Model, kernels: str = "auto",
+    def __init__(self, model: Model, kernels: str | None = None,
                  on_switch: Callable[[str], None] | None = None) -> None:
         self.model = model
         self.ready = threading.Event()
@@ -136,15 +145,33 @@ class LiveDynamics:
             setattr(self, name, getattr(implementation, name))
         self.kind: str = getattr(implementation, "kind", "python")
 
-    def _build(self, kernels: str, on_switch: Callable[[str], None] | None) -> None:
-        built = make_dynamics(self.model, kernels)
-        if isinstance(built, ReferenceDynamics):
-            self.problem = "generated kernels unavailable: reference algorithms"
-        else:
+    def _build(self, kernels: str | None, on_switch: Callable[[str], None] | None) -> None:
+        try:
+            built = self._generated(kernels)
+        except Exception as exc:  # noqa: BLE001 - a background build must never raise
+            built, self.problem = None, f"generated kernels unavailable: {exc}"
+        if built is not None:
             self._use(built)
         self.ready.set()
         if on_switch is not None:
-            on_switch(self.kind)
+            on_switch(self.kind if built is not None else f"reference ({self.problem})")
+
+    def _generated(self, kernels: str | None) -> Dynamics | None:
+        from . import kernel_cache
+        from .codegen import FastDynamics, _emit_python, _generate, kernels_choice
+
+        choice = kernels_choice(kernels)
+        ir = _generate(self.model)
+        if choice in ("auto", "c"):
+            compiled = kernel_cache.load_or_build(self.model, ir, required=choice == "c")
+            if compiled is not None:
+                return compiled
+        largest = max(len(_emit_python(kernel)) for kernel in ir.values())
+        if largest > MAX_PYTHON_KERNEL_CHARS:
+            self.problem = (f"no C kernels, and the Python kernels ({largest} characters) "
+                            "would hold the interpreter too long to compile: reference")
+            return None
+        return FastDynamics(self.model, ir)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the background build has finished (tests, benchmarks)."""

@@ -841,6 +841,10 @@ def _generate(model: Model) -> dict[str, KernelIR]:
     """The five kernels of ``model``: τ, g, C v + g, M (row-major) and q̈."""
     q, v = ("q", model.nq), ("v", model.nv)
     fd = _Kernel.fd_crba if model.has_mimic else _Kernel.aba  # ABA cannot couple mimic joints
+    problem = model.forward_dynamics_problem()
+    if problem:  # the model's own wording: the same error from every backend
+        def fd(*_):
+            raise _Undefined(problem)
     return {
         "rnea": _kernel_ir(model, "rnea", [q, v, ("a", model.nv)], _Kernel.rnea),
         "gravity": _kernel_ir(model, "gravity", [q], lambda k, q: k.rnea(q, None, None)),
