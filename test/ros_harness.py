@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -16,9 +15,9 @@ from pathlib import Path
 import rclpy
 from rclpy.executors import SingleThreadedExecutor
 
-os.environ.setdefault("ROS_DOMAIN_ID", str(random.randint(50, 200)))
-os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-os.environ.setdefault("ROS_LOCALHOST_ONLY", "1")
+from rb_dynamics.ros_env import keep_local
+
+keep_local(os.environ)  # conftest has set them for pytest; this is for other users of the harness
 os.environ.setdefault("ROS_LOG_DIR", tempfile.mkdtemp(prefix="rb_dynamics_ros_log_"))
 
 
