@@ -18,7 +18,7 @@ subspaces and V_i = Σ_{j≤i} S_j q̇_j the velocity of body i,
     f_L = I_p a_L + v_L ×* I_p v_L,   τ_i = S_iᵀ f_L.
 
 Every link pose relative to L comes from one suffix product of the joints' homogeneous
-transforms, evaluated in log₂(k) batched matrix products (a Hillis–Steele scan).
+transforms (k small products for one state, log₂ k batched ones for a batch).
 """
 
 from __future__ import annotations
@@ -288,7 +288,8 @@ class _Chain:
             terms[j] = _joint_pose_terms(model, i)
         terms[k, 0] = _homogeneous(model.frames[link].X_from_body)
         self.terms = terms.reshape(k + 1, 4, 16)
-        # θ_j = G_q q + offset (mimic joints follow their leader); the link entry has θ = 0
+        # θ = q·Gq + offset, θ̇ = v·Gv (mimic joints follow their leader, the link entry has
+        # θ = 0), and the joint forces τ_path land in the public τ = Gv·τ_path
         self.Gq = np.zeros((model.nq, k + 1))
         self.Gv = np.zeros((model.nv, k))
         self.offset = np.zeros(k + 1)
@@ -319,10 +320,16 @@ class _Chain:
         np.cos(theta, out=coeff[..., 2])
         coeff[..., 3] = theta
         P = (coeff[..., None, :] @ self.terms).reshape(theta.shape + (4, 4))
-        shift = 1
-        while shift <= self.k:  # P[j] ← M_j M_{j+1} ⋯ M_k: the pose of L in frame j − 1
-            P[..., :-shift, :, :] = P[..., :-shift, :, :] @ P[..., shift:, :, :]
-            shift *= 2
+        # P[j] ← M_j M_{j+1} ⋯ M_k, the pose of L in frame j − 1: k products for one state,
+        # log₂(k + 1) batched ones (Hillis–Steele) for a batch
+        if P.ndim == 3:
+            for j in range(self.k - 1, -1, -1):
+                P[j] = P[j].dot(P[j + 1])
+        else:
+            shift = 1
+            while shift <= self.k:
+                P[..., :-shift, :, :] = P[..., :-shift, :, :] @ P[..., shift:, :, :]
+                shift *= 2
         R, p = P[..., 1:, :3, :3], P[..., 1:, :3, 3]
         # S_L = [Rᵀ s_ω; Rᵀ (s_v + s_ω × p)]: the joint's twist moved to L's origin and axes
         rows = np.empty(p.shape[:-1] + (2, 3))
@@ -381,14 +388,33 @@ def _chain(model: Model, link: str) -> _Chain:
     return chain
 
 
-def _state(x, n: int, name: str) -> np.ndarray:
-    """A (n,) or (N, n) finite float array, checked cheaply on the control path."""
+def _shaped(x, n: int, name: str) -> np.ndarray:
+    """A (n,) or (N, n) float array (finiteness is checked on the result: NaN and inf spread)."""
     arr = np.asarray(x, dtype=float)
     if arr.ndim not in (1, 2) or arr.shape[-1] != n:
         raise ValueError(f"{name} must have length {n} (or shape (N, {n})), got {arr.shape}")
-    if not math.isfinite(arr.sum()) and not np.isfinite(arr).all():
-        raise ValueError(f"{name} contains NaN or inf")
     return arr
+
+
+def _state(x, n: int, name: str) -> np.ndarray:
+    """A (n,) or (N, n) finite float array."""
+    arr = _shaped(x, n, name)
+    _check_finite([(arr, name)])
+    return arr
+
+
+def _check_finite(inputs: list[tuple[np.ndarray, str]]) -> None:
+    for arr, name in inputs:
+        if not np.isfinite(arr).all():
+            raise ValueError(f"{name} contains NaN or inf")
+
+
+def _finite(result: np.ndarray, inputs: list[tuple[np.ndarray, str]]) -> np.ndarray:
+    """``result`` if finite, else the ValueError naming the input with NaN or inf in it."""
+    if math.isfinite(result.sum()):
+        return result
+    _check_finite(inputs)
+    raise ValueError("the result overflows: inputs implausibly large")
 
 
 # ----------------------------------------------------------------------------- payload effort
@@ -399,8 +425,10 @@ class PayloadEffort:
     is set, then ``effort(q, v, a)`` / ``gravity(q)`` each cycle (one state or an (N, n) batch).
 
     ``τ_model + effort(q, v, a)`` equals rnea of ``with_payload(model, payload)``; the model and
-    any kernels generated for it stay untouched. Supports with a free or planar joint use the
-    reference RNEA (slow); chains of revolute and prismatic joints the one-pass formula above.
+    any kernels generated for it stay untouched, so a new payload takes effect by replacing
+    this object (one reference assignment) between two cycles. Supports with a free or planar
+    joint use the reference RNEA (slow); chains of revolute and prismatic joints the one-pass
+    formula above (about 25 µs for one state of a 6–7 joint arm, ~16 µs for gravity only).
     """
 
     def __init__(self, model: Model, payload: Payload):
@@ -413,31 +441,37 @@ class PayloadEffort:
     def effort(self, q, v, a) -> np.ndarray:
         """τ_payload = Jᵀ (I_p a_L + v_L ×* I_p v_L), gravity in a_L."""
         m = self.model
-        q, v, a = _state(q, m.nq, "q"), _state(v, m.nv, "v"), _state(a, m.nv, "a")
-        if self.payload.is_empty:
-            return np.zeros(np.broadcast_shapes(q.shape[:-1], v.shape[:-1], a.shape[:-1])
-                            + (m.nv,))
+        q, v, a = _shaped(q, m.nq, "q"), _shaped(v, m.nv, "v"), _shaped(a, m.nv, "a")
         chain = self._chain
-        if not chain.fast:
+        if self.payload.is_empty:
+            _check_finite([(q, "q"), (v, "v"), (a, "a")])
+            tau = np.zeros(np.broadcast_shapes(q.shape[:-1], v.shape[:-1], a.shape[:-1])
+                           + (m.nv,))
+        elif not chain.fast:
             return payload_effort_reference(m, q, v, a, self.payload)
-        S_L, gamma = chain.link_subspaces(q)
-        V, A = chain.link_motion(S_L, v, a, gamma)
-        IV = V.dot(self._I)
-        f = A.dot(self._I) + (V[..., :, None] * IV[..., None, :]).reshape(
-            IV.shape[:-1] + (36,)).dot(_CRF_TENSOR)
-        return chain.joint_forces(S_L, f)
+        else:
+            S_L, gamma = chain.link_subspaces(q)
+            V, A = chain.link_motion(S_L, v, a, gamma)
+            IV = V.dot(self._I)
+            f = A.dot(self._I) + (V[..., :, None] * IV[..., None, :]).reshape(
+                IV.shape[:-1] + (36,)).dot(_CRF_TENSOR)
+            tau = chain.joint_forces(S_L, f)
+        return _finite(tau, [(q, "q"), (v, "v"), (a, "a")])
 
     def gravity(self, q) -> np.ndarray:
         """The payload's share of g(q): what gravity compensation adds for it."""
         m = self.model
-        q = _state(q, m.nq, "q")
+        q = _shaped(q, m.nq, "q")
         if self.payload.is_empty:
-            return np.zeros(q.shape[:-1] + (m.nv,))
-        if not self._chain.fast:
+            _check_finite([(q, "q")])
+            tau = np.zeros(q.shape[:-1] + (m.nv,))
+        elif not self._chain.fast:
             zero = np.zeros(q.shape[:-1] + (m.nv,))
             return payload_effort_reference(m, q, zero, zero, self.payload)
-        S_L, gamma = self._chain.link_subspaces(q)
-        return self._chain.joint_forces(S_L, gamma.dot(self._I_gravity))
+        else:
+            S_L, gamma = self._chain.link_subspaces(q)
+            tau = self._chain.joint_forces(S_L, gamma.dot(self._I_gravity))
+        return _finite(tau, [(q, "q")])
 
 
 def payload_wrench_effort(model: Model, q, v, a, payload: Payload) -> np.ndarray:
