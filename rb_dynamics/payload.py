@@ -8,7 +8,8 @@
   generated kernels, so a payload can change between two control cycles.
 - ``payload_gravity_regressor`` / ``payload_inertial_regressor``: τ_payload = Y θ, linear in the
   payload's parameters (θ = [m, m·c] at rest, the 10 inertial parameters in motion).
-- ``identify_payload``: m and c from efforts measured at rest, by linear least squares.
+- ``identify_payload``: m and c from efforts measured at rest, by linear least squares;
+  ``identify_payload_inertia``: all ten inertial parameters from efforts measured in motion.
 
 Payload effort in one pass over the support (Featherstone ch. 5, ID restricted to one body):
 in the coordinates of the payload's link L at the current instant, with S_i the joints' motion
@@ -43,11 +44,13 @@ __all__ = [
     "MIN_IDENTIFICATION_POSES",
     "MIN_MASS_SIGNIFICANCE",
     "IdentificationError",
+    "InertialEstimate",
     "Payload",
     "PayloadEffort",
     "PayloadEstimate",
     "default_payload_link",
     "identify_payload",
+    "identify_payload_inertia",
     "payload_effort_reference",
     "payload_gravity",
     "payload_gravity_regressor",
@@ -594,28 +597,34 @@ def _weakest_direction(vt_row: np.ndarray, names: list[str]) -> str:
     return " ".join(f"{vt_row[k]:+.2f}·{names[k]}" for k in order if abs(vt_row[k]) > 0.05)
 
 
-def _least_squares(A: np.ndarray, b: np.ndarray, names: list[str], noise_floor: float):
+_POSES_HINT = ("Use poses that turn the link through different orientations "
+               "(suggest_identification_poses)")
+
+
+def _least_squares(A: np.ndarray, b: np.ndarray, names: list[str], noise_floor: float,
+                   hint: str = _POSES_HINT):
     """θ, cov(θ), RSS, dof and condition of min ‖Aθ − b‖ with the columns scaled to unit norm
-    (so the condition number measures the poses, not the parameters' units)."""
+    (so the condition number measures the data, not the parameters' units)."""
     rows, cols = A.shape
     dof = rows - cols
     if dof < 1:
         raise IdentificationError(
-            f"too few poses: {rows} equations for {cols} unknowns ({', '.join(names)}); "
-            "measure more poses"
+            f"too few poses or samples: {rows} equations for {cols} unknowns "
+            f"({', '.join(names)}); measure more"
         )
     scale = np.linalg.norm(A, axis=0)
     if np.any(scale == 0):
         dead = [names[k] for k in np.flatnonzero(scale == 0)]
-        raise IdentificationError(f"no pose loads {dead}: the efforts do not depend on them")
+        listed = ", ".join(dead[:6]) + (f" and {len(dead) - 6} more" if len(dead) > 6 else "")
+        raise IdentificationError(f"the efforts never depend on {listed}: nothing measures "
+                                  f"them. {hint}")
     U, s, Vt = np.linalg.svd(A / scale, full_matrices=False)
     condition = float(s[0] / s[-1]) if s[-1] > 0 else math.inf
     if condition > MAX_CONDITION:
         raise IdentificationError(
-            f"the poses cannot separate the parameters: condition number {condition:.3g} of "
+            f"the data cannot separate the parameters: condition number {condition:.3g} of "
             f"the column-scaled regressor exceeds {MAX_CONDITION:g}; the least determined "
-            f"combination is {_weakest_direction(Vt[-1], names)}. Use poses that turn the "
-            "link through different orientations (suggest_identification_poses)"
+            f"combination is {_weakest_direction(Vt[-1], names)}. {hint}"
         )
     theta = (Vt.T @ ((U.T @ b) / s)) / scale
     residual = b - A @ theta
@@ -625,9 +634,38 @@ def _least_squares(A: np.ndarray, b: np.ndarray, names: list[str], noise_floor: 
     return theta, cov, rss, dof, condition
 
 
-def _residual_efforts(model, poses, efforts, reference_efforts) -> np.ndarray:
+def _fit_options(bias: str, allowed: tuple[str, ...], reference_efforts, noise_floor) -> str:
+    """The bias model after "auto" (the first allowed one, "none" given reference efforts)."""
+    if bias == "auto":
+        bias = allowed[0] if reference_efforts is None else "none"
+    if bias not in allowed:
+        raise ValueError(f"bias must be one of {('auto',) + allowed}, not {bias!r}")
+    if not (isinstance(noise_floor, float | int) and math.isfinite(noise_floor)
+            and noise_floor > 0):
+        raise ValueError(f"noise_floor must be a positive number of N·m, got {noise_floor!r}")
+    return bias
+
+
+def _bias_columns(model: Model, bias: str, v: np.ndarray) -> tuple[list[np.ndarray], list[str]]:
+    """Per-joint nuisance columns (N, nv, ·): an offset, plus viscous q̇ and Coulomb sign(q̇)
+    friction for "friction"."""
+    n, names = len(v), _v_names(model)
+    if bias == "none":
+        return [], []
+    blocks = [np.broadcast_to(np.eye(model.nv), (n, model.nv, model.nv))]
+    labels = [f"offset[{name}]" for name in names]
+    if bias == "friction":
+        blocks += [v[:, :, None] * np.eye(model.nv), np.sign(v)[:, :, None] * np.eye(model.nv)]
+        labels += [f"viscous[{name}]" for name in names]
+        labels += [f"coulomb[{name}]" for name in names]
+    return blocks, labels
+
+
+def _residual_efforts(model, efforts, model_efforts, reference_efforts) -> np.ndarray:
+    """Measured efforts minus what the model explains (or minus the measurement without the
+    payload, when given)."""
     if reference_efforts is None:
-        return efforts - dynamics.gravity(model, poses)
+        return efforts - model_efforts()
     reference = _poses(reference_efforts, model.nv, "reference_efforts")
     if reference.shape != efforts.shape:
         raise ValueError(f"reference_efforts has shape {reference.shape}, efforts "
@@ -657,12 +695,7 @@ def identify_payload(
     """
     link = default_payload_link(model) if link is None else link
     _link_body(model, link)
-    if bias == "auto":
-        bias = "per_joint" if reference_efforts is None else "none"
-    if bias not in ("per_joint", "none"):
-        raise ValueError(f"bias must be 'auto', 'per_joint' or 'none', not {bias!r}")
-    if not (math.isfinite(noise_floor) and noise_floor > 0):
-        raise ValueError(f"noise_floor must be a positive number of N·m, got {noise_floor!r}")
+    bias = _fit_options(bias, ("per_joint", "none"), reference_efforts, noise_floor)
     poses = _poses(poses, model.nq, "poses")
     efforts = _poses(efforts, model.nv, "efforts")
     n = poses.shape[0]
@@ -673,14 +706,13 @@ def identify_payload(
             f"{n} pose(s): at least {MIN_IDENTIFICATION_POSES} are needed (one pose never "
             "shows the COM's component along gravity)"
         )
-    y = _residual_efforts(model, poses, efforts, reference_efforts)
+    y = _residual_efforts(model, efforts, lambda: dynamics.gravity(model, poses),
+                          reference_efforts)
+    blocks, labels = _bias_columns(model, "none" if bias == "none" else "offset",
+                                   np.zeros_like(efforts))
+    names = ["m", "m·cx", "m·cy", "m·cz"] + labels
     Y = payload_gravity_regressor(model, poses, link)  # (N, nv, 4)
-    names = ["m", "m·cx", "m·cy", "m·cz"]
-    blocks = [Y]
-    if bias == "per_joint":
-        blocks.append(np.broadcast_to(np.eye(model.nv), (n, model.nv, model.nv)))
-        names += [f"bias[{name}]" for name in _v_names(model)]
-    A = np.concatenate(blocks, axis=-1).reshape(n * model.nv, -1)
+    A = np.concatenate([Y] + blocks, axis=-1).reshape(n * model.nv, -1)
     theta, cov, rss, dof, condition = _least_squares(A, y.reshape(-1), names, noise_floor)
     return _estimate(link, theta, cov, rss, dof, condition, n, model.nv, bias)
 
@@ -694,7 +726,8 @@ def _v_names(model: Model) -> list[str]:
     return names
 
 
-def _estimate(link, theta, cov, rss, dof, condition, n, nv, bias) -> PayloadEstimate:
+def _mass_and_com(theta: np.ndarray, cov: np.ndarray):
+    """(m, σ_m, c, σ_c) from θ = [m, m·c, …]; refuses a mass that is not significant."""
     mass = float(theta[0])
     mass_std = float(math.sqrt(cov[0, 0]))
     if not mass > MIN_MASS_SIGNIFICANCE * mass_std:
@@ -707,6 +740,11 @@ def _estimate(link, theta, cov, rss, dof, condition, n, nv, bias) -> PayloadEsti
     # c = (m c)/m: first-order propagation, J = ∂c/∂θ = [−c/m, 1/m]
     J = np.hstack([-com[:, None] / mass, np.eye(3) / mass])
     com_std = np.sqrt(np.diag(J @ cov[:4, :4] @ J.T))
+    return mass, mass_std, com, com_std
+
+
+def _estimate(link, theta, cov, rss, dof, condition, n, nv, bias) -> PayloadEstimate:
+    mass, mass_std, com, com_std = _mass_and_com(theta, cov)
     has_bias = bias == "per_joint"
     return PayloadEstimate(
         link=link,
@@ -720,6 +758,102 @@ def _estimate(link, theta, cov, rss, dof, condition, n, nv, bias) -> PayloadEsti
         noise_std=math.sqrt(rss / dof),
         condition=condition,
         n_poses=n,
+        dof=dof,
+    )
+
+
+@dataclass(frozen=True, eq=False)
+class InertialEstimate:
+    """All ten inertial parameters of a payload, identified from efforts in motion.
+
+    ``parameters`` in ``INERTIAL_PARAMETER_NAMES`` order (link frame, rotational inertia about
+    the link origin) with their standard deviations; ``friction`` (nv, k) the per-joint
+    nuisance terms fitted with them (offset, then viscous and Coulomb for "friction").
+    """
+
+    link: str
+    parameters: np.ndarray
+    parameters_std: np.ndarray
+    mass_std: float
+    com_std: np.ndarray
+    friction: np.ndarray | None
+    residual_rms: float
+    noise_std: float
+    condition: float
+    n_samples: int
+    dof: int
+
+    @property
+    def mass(self) -> float:
+        return float(self.parameters[0])
+
+    @property
+    def com(self) -> np.ndarray:
+        return self.parameters[1:4] / self.mass
+
+    @property
+    def inertia(self) -> np.ndarray:
+        """Rotational inertia about the COM (link axes): I_O − m (|c|² 1 − c cᵀ)."""
+        xx, xy, yy, xz, yz, zz = self.parameters[4:]
+        I_origin = np.array([[xx, xy, xz], [xy, yy, yz], [xz, yz, zz]])
+        mc = self.parameters[1:4]
+        return I_origin - ((mc @ mc) * np.eye(3) - np.outer(mc, mc)) / self.mass
+
+    def as_payload(self) -> Payload:
+        """The estimate as a Payload; a ValueError if noise made the inertia unphysical."""
+        return Payload(self.link, self.mass, self.com, self.inertia)
+
+
+def identify_payload_inertia(
+    model: Model,
+    positions,
+    velocities,
+    accelerations,
+    efforts,
+    link: str | None = None,
+    *,
+    bias: str = "auto",
+    reference_efforts=None,
+    noise_floor: float = DEFAULT_NOISE_FLOOR,
+) -> InertialEstimate:
+    """Mass, COM and rotational inertia of a payload from efforts measured along a motion.
+
+    τ_measured − τ_model(q, q̇, q̈) = Y(q, q̇, q̈) π (+ per joint: offset + viscous·q̇ +
+    Coulomb·sign(q̇)), π the ten inertial parameters (``payload_inertial_regressor``), by
+    linear least squares over the samples (N, n). ``bias``: "friction" (default without
+    reference efforts), "offset", "none" (default with ``reference_efforts``, the same motion
+    measured without the payload). Refused (``IdentificationError``) when the motion does not
+    excite every parameter: then identify mass and COM at rest with ``identify_payload``.
+    """
+    link = default_payload_link(model) if link is None else link
+    _link_body(model, link)
+    bias = _fit_options(bias, ("friction", "offset", "none"), reference_efforts, noise_floor)
+    q = _poses(positions, model.nq, "positions")
+    v, a, tau = (_poses(x, model.nv, name) for x, name in (
+        (velocities, "velocities"), (accelerations, "accelerations"), (efforts, "efforts")))
+    n = len(q)
+    if not len(v) == len(a) == len(tau) == n:
+        raise ValueError(f"positions, velocities, accelerations and efforts need the same "
+                         f"number of rows, got {n}, {len(v)}, {len(a)}, {len(tau)}")
+    y = _residual_efforts(model, tau, lambda: dynamics.rnea(model, q, v, a), reference_efforts)
+    blocks, labels = _bias_columns(model, bias, v)
+    A = np.concatenate([payload_inertial_regressor(model, q, v, a, link)] + blocks, axis=-1)
+    theta, cov, rss, dof, condition = _least_squares(
+        A.reshape(n * model.nv, -1), y.reshape(-1), list(INERTIAL_PARAMETER_NAMES) + labels,
+        noise_floor, "The motion does not excite every inertial parameter: identify mass and "
+        "COM at rest (identify_payload), or move faster through more varied motions")
+    mass, mass_std, _, com_std = _mass_and_com(theta, cov)
+    return InertialEstimate(
+        link=link,
+        parameters=theta[:10].copy(),
+        parameters_std=np.sqrt(np.diag(cov)[:10]),
+        mass_std=mass_std,
+        com_std=com_std,
+        friction=theta[10:].reshape(-1, model.nv).T.copy() if blocks else None,
+        residual_rms=math.sqrt(rss / (n * model.nv)),
+        noise_std=math.sqrt(rss / dof),
+        condition=condition,
+        n_samples=n,
         dof=dof,
     )
 
