@@ -307,6 +307,34 @@ def _notes(model: Model, v, a) -> list[str]:
     return notes
 
 
+def _check_along(tracker: _Tracker, rnea, payload_effort, trajectory, at_points,
+                 samples: int) -> None:
+    """Feed the tracker the points and the grid, chunk by chunk of segments, in time order."""
+    t, q, v, a = trajectory
+    q_pts, v_pts, tau_pts = at_points
+    n = len(t)
+    for start in range(0, n, _CHUNK_SEGMENTS):
+        points = range(start, min(start + _CHUNK_SEGMENTS, n))
+        tg, qg, vg, ag, owner = _grid_states(t, q, v, a, range(start, min(points.stop, n - 1)),
+                                             samples)
+        tau_g = _efforts(rnea, payload_effort, qg, vg, ag) if len(tg) else qg
+        pts = slice(points.start, points.stop)
+        # a segment's last sample is at the next point's time: it counts as at that point
+        inside = np.tile(np.arange(1, samples + 1) < samples, len(tg) // samples)
+
+        def ordered(at_point, on_grid):
+            return _interleave(at_point, on_grid, samples)
+
+        tracker.add(
+            ordered(t[pts], tg),
+            ordered(np.asarray(points), owner + 1),
+            ordered(np.zeros(len(points), bool), inside),
+            ordered(q_pts[pts], qg),
+            ordered(v_pts[pts], vg),
+            ordered(tau_pts[pts], tau_g),
+        )
+
+
 def feasibility_report(
     model_or_backend,
     times,
@@ -336,27 +364,8 @@ def feasibility_report(
     tau_pts = (_array(efforts, q.shape, "efforts") if efforts is not None
                else trajectory_efforts(model_or_backend, t, q_pts, v_pts, a_pts, payload))
     tracker = _Tracker(model)
-    for start in range(0, n, _CHUNK_SEGMENTS):
-        points = range(start, min(start + _CHUNK_SEGMENTS, n))
-        tg, qg, vg, ag, owner = _grid_states(t, q, v, a, range(start, min(points.stop, n - 1)),
-                                             samples_per_segment)
-        tau_g = _efforts(rnea, payload_effort, qg, vg, ag) if len(tg) else qg
-        pts = slice(points.start, points.stop)
-
-        def ordered(at_points, on_grid):
-            return _interleave(at_points, on_grid, samples_per_segment)
-
-        # a segment's last sample is at the next point's time: it counts as at that point
-        inside = np.tile(np.arange(1, samples_per_segment + 1) < samples_per_segment,
-                         len(tg) // samples_per_segment)
-        tracker.add(
-            ordered(t[pts], tg),
-            ordered(np.asarray(points), owner + 1),
-            ordered(np.zeros(len(points), bool), inside),
-            ordered(q_pts[pts], qg),
-            ordered(v_pts[pts], vg),
-            ordered(tau_pts[pts], tau_g),
-        )
+    _check_along(tracker, rnea, payload_effort, (t, q, v, a), (q_pts, v_pts, tau_pts),
+                 samples_per_segment)
     return FeasibilityReport(
         joint_names=tracker.names,
         effort_ratio=tracker.effort_ratio,

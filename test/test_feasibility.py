@@ -206,3 +206,19 @@ def test_bad_trajectories_are_refused():
     floating = load_model(kitchen_sink_urdf(), floating_base=True)
     with pytest.raises(ValueError, match="fixed-base"):
         F.trajectory_efforts(floating, [0.0], np.zeros((1, floating.nv)))
+
+
+def test_given_efforts_are_checked_at_the_points():
+    """Efforts from elsewhere (a planner, a measurement) replace the computed ones at the
+    points; the grid between them still uses inverse dynamics."""
+    model = load_model(DEFAULT_URDF)
+    t, q, v, a = smooth_trajectory(model, 5, 4.0, np.random.default_rng(4))
+    efforts = F.trajectory_efforts(model, t, q, v, a)
+    efforts[3, 4] = -30.0  # wrist_2 limit: 28 N·m
+    report = F.feasibility_report(model, t, q, v, a, efforts=efforts)
+    first = report.first_violation
+    assert (first.kind, first.joint, first.point, first.between, first.value) == (
+        "effort", "wrist_2_joint", 3, False, -30.0)
+    assert report.effort_ratio[4] == pytest.approx(30.0 / 28.0)
+    with pytest.raises(ValueError, match=r"efforts must have shape \(5, 6\)"):
+        F.feasibility_report(model, t, q, v, a, efforts=efforts[:, :5])
