@@ -353,6 +353,12 @@ class JointCommand:
     refused: tuple[tuple[str, str, str], ...] = ()
 
 
+    def describe_refused(self) -> str:
+        """The refusals as one warning line, each naming its joint."""
+        return "; ".join(f"{joint}: {label} refused ({reason})"
+                         for joint, label, reason in self.refused)
+
+
 @dataclass
 class CommandLayout:
     """The command interfaces of a model's movable joints (``model.actuated_joint_names``)."""
@@ -389,6 +395,18 @@ class CommandLayout:
             lines.append(f"  {name}: commands none (not an independent joint of the model), "
                          f"states {list(declared[name].state_interfaces)}")
         return lines + [f"  warning: {w}" for w in self.warnings]
+
+    def initial_state_of(self, model: Model, q: np.ndarray, v: np.ndarray
+                         ) -> tuple[np.ndarray, np.ndarray]:
+        """q and v with the block's state ``initial_value``s (position, velocity) put in."""
+        q, v = np.array(q, dtype=float), np.array(v, dtype=float)
+        for j, name in enumerate(self.joints):
+            k = model.joint_index(name)
+            for f, state, index in ((POSITION, q, model.joint_q_index[k]),
+                                    (VELOCITY, v, model.joint_v_index[k])):
+                if math.isfinite(self.initial_state[f, j]):
+                    state[index] = self.initial_state[f, j]
+        return q, v
 
     def allows(self, joint: str, field_name: str) -> bool:
         return bool(self.allowed[COMMAND_FIELDS.index(field_name), self.joints.index(joint)])

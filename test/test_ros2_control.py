@@ -86,6 +86,9 @@ def test_panda_arm_in_effort_fingers_in_position_mimic_follower_read_only(panda_
     assert all(modes[j] == {"effort"} for j in PANDA_ARM)
     assert modes["panda_finger_joint1"] == {"position"}
     assert panda_layout.initial_state[0, 7] == 0.02
+    model = load_model(panda_xml)
+    q, v = panda_layout.initial_state_of(model, np.full(8, 0.1), np.zeros(8))
+    assert q.tolist() == [0.1] * 7 + [0.02] and not v.any()
     assert (panda_layout.lower[0, 7], panda_layout.upper[0, 7]) == (0.0, 0.04)
     assert panda_layout.warnings == []
     text = "\n".join(panda_layout.describe())
@@ -269,6 +272,7 @@ def test_decode_refuses_fields_a_joint_does_not_allow(panda_layout):
     cmd = panda_layout.decode(["panda_joint1"], effort=[math.inf])
     assert cmd.refused == (("panda_joint1", "effort", "inf is not finite"),)
     assert cmd.index.size == 0
+    assert cmd.describe_refused() == "panda_joint1: effort refused (inf is not finite)"
 
 
 def test_decode_malformed_messages(panda_layout):
