@@ -26,15 +26,11 @@ setup:
 run: setup
 	$(PY) -m rb_dynamics.main_job $(ARGS)
 
-# launch_testing (installed with the ros2 CLI from ../shared/vendor) registers pytest plugins
-# written for pytest < 9, which stop pytest before it collects anything: they are not used here
-PYTEST_FLAGS := -p no:launch_testing -p no:launch_ros
-
 # (a subset: make test TESTS="test/test_ros2_launch.py test/test_ros2_cli.py")
 TESTS ?= test
 
 test: setup
-	$(PY) -m pytest $(PYTEST_FLAGS) $(TESTS) -q
+	$(PY) -m pytest $(TESTS) -q
 
 # benchmarks (not tests): dynamics against Pinocchio, then the 1 kHz latency through the node
 bench: setup

@@ -13,7 +13,6 @@ import argparse
 import json
 import math
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -26,6 +25,7 @@ import numpy as np
 
 from . import DEFAULT_URDF
 from .model import load_model
+from .ros_env import keep_local
 
 SIM, CONTROL = "rb_simulator", "rb_dynamics"
 
@@ -100,9 +100,7 @@ def run(urdf: Path, duration: float, mode: str, out_dir: Path, quiet: bool = Fal
     from std_msgs.msg import Float64MultiArray
     from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-    os.environ.setdefault("ROS_DOMAIN_ID", str(random.SystemRandom().randint(50, 200)))
-    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    os.environ.setdefault("ROS_LOCALHOST_ONLY", "1")
+    keep_local()  # loopback only, a random domain, spelled for the distribution in use
     out_dir.mkdir(parents=True, exist_ok=True)
     log_dir = Path(tempfile.mkdtemp(prefix="rb_dynamics_main_job_"))
     os.environ.setdefault("ROS_LOG_DIR", str(log_dir / "ros"))

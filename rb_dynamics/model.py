@@ -610,23 +610,32 @@ class _TreeBuilder:
         )
 
     def _massless_joints(self) -> dict[str, list[str]]:
-        """The topmost moving joints whose subtree has no inertia at all."""
+        """The topmost independent joints whose bodies' subtrees have no inertia at all.
+
+        A mimic joint shares its leader's coordinate: the coordinate is stuck only when every
+        body it moves (the leader's and the followers') carries nothing.
+        """
         nb = len(self.parent)
         empty = [not self.inertia[i].any() for i in range(nb)]
         for i in reversed(range(nb)):  # children come after their parent
             p = self.parent[i]
             if p >= 0 and not empty[i]:
                 empty[p] = False
+        driven: dict[str, list[int]] = {}  # independent joint → the bodies its coordinate moves
+        for i, name in enumerate(self.body_joint_names):
+            leader = self.mimics[name][0] if name in self.mimics else name
+            driven.setdefault(leader, []).append(i)
         out: dict[str, list[str]] = {}
-        for i in range(nb):
-            p = self.parent[i]
-            if empty[i] and (p < 0 or not empty[p]):
-                subtree = {i}
-                for k in range(i + 1, nb):
-                    if self.parent[k] in subtree:
-                        subtree.add(k)
-                out[self.body_joint_names[i]] = [link for link, frame in self.frames.items()
-                                                 if frame.body in subtree]
+        for joint, bodies in driven.items():
+            if not all(empty[i] for i in bodies):
+                continue
+            if any(self.parent[i] >= 0 and empty[self.parent[i]] for i in bodies):
+                continue  # an ancestor's coordinate is stuck already, and named
+            subtree = set(bodies)
+            for k in range(min(bodies) + 1, nb):
+                if self.parent[k] in subtree:
+                    subtree.add(k)
+            out[joint] = [link for link, frame in self.frames.items() if frame.body in subtree]
         return out
 
 

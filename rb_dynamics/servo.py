@@ -40,6 +40,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from . import dynamics
+from .backend import Dynamics, ReferenceDynamics
 from .model import Model
 from .ros2_control import EFFORT, POSITION, VELOCITY, CommandLayout, JointCommand
 from .simulation import Simulator
@@ -240,13 +241,15 @@ def make_drives(model: Model, layout: CommandLayout, q0: np.ndarray, *, dt: floa
                 damping_ratio: float = DEFAULT_DAMPING_RATIO,
                 overrides: Mapping[str, tuple[float, float]] | None = None,
                 command_timeout: float = 0.5, gravity_feedforward: bool = False,
-                backend=None, margin: float = STABILITY_MARGIN) -> JointDrives:
+                dynamics: Dynamics | None = None,
+                margin: float = STABILITY_MARGIN) -> JointDrives:
     """Drives with default gains at q0, checked for stability at (dt, integrator).
 
     Raises ValueError naming ``servo_bandwidth`` and the largest stable value when the servo
-    loop would diverge. ``backend`` (``crba``, ``gravity``): the compiled kernels, if any.
+    loop would diverge. ``dynamics``: the model's dynamics object (default: the reference).
     """
-    M = backend.crba(q0) if backend is not None else dynamics.crba(model, q0)
+    dyn = dynamics or ReferenceDynamics(model)
+    M = dyn.crba(q0)
     gains = servo_gains(model, q0, layout.joints, bandwidth, damping_ratio, M, overrides)
     stiff, damped = _servoed(layout)
     if damped.any():
@@ -264,11 +267,7 @@ def make_drives(model: Model, layout: CommandLayout, q0: np.ndarray, *, dt: floa
                 f"unstable at dt={dt} with {integrator} (step spectral radius {radius:.4f}, "
                 f"inertia margin {margin}); the largest stable bandwidth here is "
                 f"{best:.4g} rad/s")
-    if gravity_feedforward:
-        gravity = backend.gravity if backend is not None else \
-            (lambda q: dynamics.gravity(model, q))
-    else:
-        gravity = None
+    gravity = dyn.gravity if gravity_feedforward else None
     drives = JointDrives(model, layout, gains, command_timeout=command_timeout, gravity=gravity)
     drives.hold(q0)
     return drives
@@ -281,9 +280,9 @@ class ServoSimulator(Simulator):
     back on their start-up command at the reset state.
     """
 
-    def __init__(self, model: Model, drives: JointDrives, **kwargs):
+    def __init__(self, dyn: Dynamics, drives: JointDrives, **kwargs):
         self.drives = drives
-        super().__init__(model, command_timeout=drives.command_timeout, **kwargs)
+        super().__init__(dyn, command_timeout=drives.command_timeout, **kwargs)
 
     def reset(self, q: np.ndarray | None = None, v: np.ndarray | None = None) -> None:
         super().reset(q, v)

@@ -12,6 +12,9 @@ from rb_dynamics.ros_env import keep_local
 
 keep_local(os.environ, override=True)
 os.environ.setdefault("ROS_LOG_DIR", tempfile.mkdtemp(prefix="rb_dynamics_ros_log_"))
+# compiled kernels of this session in a fresh cache: every run exercises the compiler, and a
+# developer's own cache is neither used nor filled (the nodes the tests start inherit it)
+os.environ["RB_DYNAMICS_CACHE"] = tempfile.mkdtemp(prefix="rb_dynamics_kernels_")
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

@@ -94,11 +94,6 @@ def _dump(name: str) -> dict:
     return dumped[f"/{name}"]["ros__parameters"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "ros2 param dump prints `ros__parameters: {}` while a node has a parameter declared with a "
-    "type but no value (rb_dynamics: joints, constraints.names; rb_simulator: joints, "
-    "initial_positions, damping, friction): rclpy answers get_parameters with an empty list "
-    "when any requested one is unset. Remove this mark once every parameter has a value."))
 @pytest.mark.parametrize("name, start, changes", [
     ("rb_dynamics", {}, {"mode": "computed_torque", "kp": "[40.0]", "effort_scale": "0.5"}),
     ("rb_simulator", {"integrator": "rk4", "real_time_factor": "0.5",
