@@ -44,8 +44,9 @@ __all__ = [
 ]
 
 CONTROL_MODES = ("gravity_compensation", "computed_torque")
-# A reference this long is refused: converting and validating it must not hold a node for long
-MAX_TRAJECTORY_POINTS = 20_000
+# A reference this long is refused: reading (rclpy's deserialization holds the interpreter
+# ~8 µs per point), converting and validating it must not hold a node for long
+MAX_TRAJECTORY_POINTS = 10_000
 
 
 def wrap_angle(x: np.ndarray) -> np.ndarray:

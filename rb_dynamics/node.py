@@ -32,13 +32,20 @@ from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.serialization import deserialize_message
 from trajectory_msgs.msg import JointTrajectory
 
 from . import ros_params
 from .backend import LiveDynamics
 from .constraint_params import ConstraintParameters
 from .constraints import ConstraintSet
-from .control import CONTROL_MODES, ControllerError, JointController, check_gains
+from .control import (
+    CONTROL_MODES,
+    MAX_TRAJECTORY_POINTS,
+    ControllerError,
+    JointController,
+    check_gains,
+)
 from .control_loop import ControlLoop
 from .conversions import ConversionError, seconds, trajectory_points
 from .diagnostics import controller_level, period_values, status
@@ -103,7 +110,9 @@ class DynamicsNode(Node):
                                 self.warn)
         self._set_publish_rate(settings["max_publish_rate"])
         self.diagnostics_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        self.create_subscription(JointTrajectory, "~/trajectory", self._on_trajectory, 10)
+        # taken as bytes: an oversized message is refused before rclpy turns it into objects
+        self.create_subscription(JointTrajectory, "~/trajectory", self._on_trajectory_bytes, 10,
+                                 raw=True)
         self.loop_constraints = ConstraintParameters(self)
         self._constraints: tuple[Model, ConstraintSet | ValueError] | None = None
         self.dynamics_services = DynamicsServices(self, lambda: self.dynamics,
@@ -245,6 +254,16 @@ class DynamicsNode(Node):
 
     # ------------------------------------------------------------------ trajectories
 
+    def _on_trajectory_bytes(self, data: bytes) -> None:
+        nv = self.model.nv if self.model is not None else 0
+        # four arrays of nv doubles and a duration per point, plus the names and the header
+        limit = 65536 + MAX_TRAJECTORY_POINTS * (8 + 4 * (4 + 8 * nv))
+        if len(data) > limit:
+            self.loop.problem(f"trajectory: {len(data)} bytes, more than {MAX_TRAJECTORY_POINTS} "
+                              "points can take; ignored unread", "trajectory")
+            return
+        self._on_trajectory(deserialize_message(data, JointTrajectory))
+
     def _on_trajectory(self, msg: JointTrajectory) -> None:
         controller = self.loop.controller
         if controller is None:
@@ -296,7 +315,7 @@ class DynamicsNode(Node):
             self._stale_reported = level == DiagnosticStatus.ERROR
         if self.refused and self.model is not None:
             values["last description refused"] = self.refused
-        array = DiagnosticArray(status=[status(NODE_NAME, level, message, values)])
+        array = DiagnosticArray(status=[status(self.get_name(), level, message, values)])
         array.header.stamp = self.get_clock().now().to_msg()
         self.diagnostics_pub.publish(array)
 

@@ -115,3 +115,19 @@ def two_link_arm_urdf(
   <joint name="joint2" type="continuous"><parent link="link1"/><child link="link2"/>
     <origin xyz="{l1} 0 0"/><axis xyz="0 0 1"/></joint>
 </robot>"""
+
+
+def chain_urdf(n: int, name: str | None = None, mass: float = 0.5,
+               massless_tip: bool = False) -> str:
+    """A serial chain of ``n`` revolute joints with alternating axes (deep-model tests);
+    ``massless_tip`` adds a last revolute joint whose child link has no <inertial>."""
+    inertial = _inertial(mass, "0 0 0.05", inertia='ixx="0.001" iyy="0.001" izz="0.001" '
+                                                   'ixy="0" ixz="0" iyz="0"')
+    parts = [_link(f"l{i}", inertial) for i in range(n + 1)]
+    parts += [_joint(f"j{i}", "revolute", f"l{i - 1}", f"l{i}", "0 0 0.1", "0.1 0 0",
+                     "0 1 0" if i % 2 else "0 0 1") for i in range(1, n + 1)]
+    if massless_tip:
+        parts += [_link("tool"), _link("tool_tip"),
+                  _joint("tool_joint", "revolute", f"l{n}", "tool", "0 0 0.1", "0 0 0", "0 1 0"),
+                  _joint("tool_tip_mount", "fixed", "tool", "tool_tip", "0 0 0.05", "0 0 0", None)]
+    return f'<robot name="{name or f"chain{n}"}">' + "".join(parts) + "</robot>"

@@ -1,0 +1,358 @@
+"""Nothing a user or a peer sends may kill, stall or fool the nodes (issue 15), across processes.
+
+Each test plays a hostile or careless peer against the real nodes on loopback DDS and checks
+that the node lives (stops cleanly on SIGINT, exit code 0), says what is wrong, and keeps
+serving what it still can. Figures (stalls, refusal times) are printed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import pinocchio as pin
+from diagnostic_msgs.msg import DiagnosticArray
+from geometry_msgs.msg import Wrench
+from pin_oracle import REAL_ROBOTS, rel_err, robots_dir
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from ros_harness import Session
+from sensor_msgs.msg import JointState
+from std_msgs.msg import String
+from std_srvs.srv import SetBool
+from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+from urdf_samples import chain_urdf
+
+from rb_dynamics import DEFAULT_URDF
+from rb_dynamics.model import load_model
+from rb_dynamics_interfaces.srv import ForwardDynamics, InverseDynamics, Simulate
+
+UR5 = Path(robots_dir(), REAL_ROBOTS["ur5"][0])
+UR5_JOINTS = load_model(UR5).actuated_joint_names
+LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL,
+                     reliability=ReliabilityPolicy.RELIABLE)
+_names = (f"rb_dynamics_hardening_{k}" for k in itertools.count())
+
+
+def control_node(tmp_path: Path, **params) -> Session:
+    return Session("rb_dynamics.node", tmp_path, {"state_timeout": 1.0, **params},
+                   name=next(_names))
+
+
+def simulator(tmp_path: Path, **params) -> Session:
+    return Session("rb_dynamics.sim_node", tmp_path, params, name=next(_names),
+                   default_name="rb_simulator")
+
+
+def describe(session: Session, xml: str) -> None:
+    """Publish a description on /robot_description as robot_state_publisher does."""
+    session.publish_matched(String, "/robot_description", String(data=xml), LATCHED)
+
+
+def statuses(session: Session) -> list[str]:
+    return [s.message for _, d in session.received(DiagnosticArray, "/diagnostics")
+            for s in d.status if s.hardware_id == session.name]
+
+
+def gaps(times: list[float]) -> float:
+    return float(np.diff(times).max()) if len(times) > 1 else float("inf")
+
+
+def stream_states(session: Session, names: list[str], q: np.ndarray, period: float = 0.002):
+    """A driver publishing the same state every ``period`` s (on the peer's executor)."""
+    msg = JointState(name=list(names), position=[float(x) for x in q])
+    publisher = session.publisher(JointState, "joint_states", 100)
+    return session.peer.node.create_timer(period, lambda: publisher.publish(msg))
+
+
+def inverse_request(names, q, v=None) -> InverseDynamics.Request:
+    n = len(names)
+    return InverseDynamics.Request(joint_names=list(names), positions=[float(x) for x in q],
+                                   velocities=[float(x) for x in (v if v is not None
+                                                                  else np.zeros(n))],
+                                   accelerations=[0.0] * n)
+
+
+# ----------------------------------------------------------------------------- 1–3: models
+
+
+def test_descriptions_without_moving_joints_are_taken_and_nothing_is_commanded(tmp_path):
+    """15.1: a bare link, or only fixed joints (a camera mount), used to kill both nodes."""
+    bare = '<robot name="bare"><link name="base"/></robot>'
+    mount = ('<robot name="camera_mount"><link name="base"/><link name="camera">'
+             '<inertial><mass value="0.2"/><inertia ixx="1e-4" iyy="1e-4" izz="1e-4"/>'
+             '</inertial></link><joint name="mount" type="fixed"><parent link="base"/>'
+             '<child link="camera"/><origin xyz="0 0 0.1"/></joint></robot>')
+    node = control_node(tmp_path, urdf_path=str(DEFAULT_URDF))
+    joints = load_model(DEFAULT_URDF).actuated_joint_names
+    assert node.command_after(joints, np.zeros(6)) is not None, node.output()
+    for name, xml in (("bare", bare), ("camera_mount", mount)):
+        describe(node, xml)
+        assert node.wait_for_log(f"model '{name}'"), node.output()
+        answer = node.call(InverseDynamics, "~/inverse_dynamics", inverse_request([], []))
+        assert answer.success and list(answer.efforts) == [], answer.message
+    assert "no actuated joints" in node.output()
+    node.close()
+    sim = simulator(tmp_path, robot_description=bare)
+    states = sim.received(JointState, "joint_states")
+    assert sim.wait_for(lambda: len(states) > 3, 10.0), sim.output()
+    assert list(states[-1][1].name) == []
+    sim.close()
+
+
+def test_a_deep_chain_is_taken_and_a_deeper_one_refused_with_the_limit(tmp_path):
+    """15.2: a chain deeper than ~500 links raised RecursionError in the tree walk."""
+    node = control_node(tmp_path, urdf_path=str(DEFAULT_URDF))
+    describe(node, chain_urdf(600))
+    assert node.wait_for_log("model 'chain600'", 60.0), node.output()
+    names = [f"j{i}" for i in range(1, 601)]
+    answer = node.call(InverseDynamics, "~/inverse_dynamics",
+                       inverse_request(names, np.full(600, 0.01)), timeout=30.0)
+    assert answer.success and np.all(np.isfinite(answer.efforts)), answer.message
+    describe(node, chain_urdf(1200))
+    assert node.wait_for_log("more than 1000 moving joints", 60.0), node.output()
+    assert "keeping 'chain600'" in node.output()
+    node.close()
+
+
+def test_a_massless_leaf_loads_and_forward_dynamics_name_its_links(tmp_path):
+    """15.3: a moving joint whose child has no <inertial> made the code generator raise
+    ZeroDivisionError, which ended both nodes."""
+    xml = chain_urdf(3, "leafy", massless_tip=True)
+    names = ["j1", "j2", "j3", "tool_joint"]
+    why = "moves links ['tool', 'tool_tip'] that carry no mass or inertia"
+    node = control_node(tmp_path, robot_description=xml)
+    answer = node.call(InverseDynamics, "~/inverse_dynamics", inverse_request(names, [0.1] * 4))
+    assert answer.success, answer.message
+    forward = node.call(ForwardDynamics, "~/forward_dynamics", ForwardDynamics.Request(
+        joint_names=names, positions=[0.1] * 4, velocities=[0.0] * 4, efforts=[0.0] * 4))
+    assert not forward.success and why in forward.message, forward.message
+    rollout = node.call(Simulate, "~/simulate", Simulate.Request(
+        joint_names=names, positions=[0.1] * 4, efforts=[0.0] * 4, duration=0.01))
+    assert not rollout.success and why in rollout.message, rollout.message
+    node.close()
+    sim = simulator(tmp_path, robot_description=xml)
+    assert sim.wait_for_log(why), sim.output()
+    resume = sim.call(SetBool, "~/pause", SetBool.Request(data=False))
+    assert not resume.success and why in resume.message, resume.message
+    states = sim.received(JointState, "joint_states")
+    assert sim.wait_for(lambda: len(states) > 3, 10.0)  # still publishing, paused
+    sim.close()
+
+
+# ----------------------------------------------------------------------------- 4–6: stalls
+
+
+def test_loading_a_large_model_never_stalls_the_loop_or_the_services(tmp_path):
+    """15.4: a 200-link reload once held the control loop 3.7 s (code generation holding the
+    interpreter); now the model is built off the executor, the loop runs on the reference
+    algorithms until the compiled kernels are ready, and the services answer meanwhile."""
+    n = 60
+    names = [f"j{i}" for i in range(1, n + 1)]
+    q = np.full(n, 0.05)
+    path = tmp_path / "chain60.urdf"
+    path.write_text(chain_urdf(n, "chain60", mass=0.1))
+    node = control_node(tmp_path, urdf_path=str(path))  # so that the topic may replace it
+    commands = node.commands
+    stream_states(node, names, q)
+    assert node.wait_for(lambda: len(commands) > 0, 20.0), node.output()
+    start = len(commands)
+    latencies = []
+
+    def probe(text: str, count: int, timeout: float) -> None:
+        """Call a service every 0.1 s until the log holds ``text`` ``count`` times."""
+        def seen() -> bool:
+            return node.output().count(text) >= count
+
+        deadline = time.monotonic() + timeout
+        while not seen() and time.monotonic() < deadline:
+            began = time.monotonic()
+            answer = node.call(InverseDynamics, "~/inverse_dynamics", inverse_request(names, q))
+            latencies.append(time.monotonic() - began)
+            assert answer.success, answer.message
+            node.wait_for(seen, 0.1)
+
+    probe("dynamics kernels: c", 1, 90.0)
+    heavier = chain_urdf(n, "chain60_heavier", mass=0.2)  # new kernels: a new compile
+    describe(node, heavier)
+    probe("dynamics kernels: c", 2, 90.0)
+    node.wait_for(lambda: len(commands) > start + 100, 5.0)
+    times = [t for t, _ in commands[start:]]
+    print(f"\n60-link chain, two builds: largest command gap {1e3 * gaps(times):.1f} ms over "
+          f"{len(times)} commands; service latency max {1e3 * max(latencies):.0f} ms")
+    assert node.output().count("dynamics kernels: c") >= 2, node.output()
+    assert gaps(times) < 0.1
+    assert max(latencies) < 1.0
+    node.close()
+
+
+def test_oversized_requests_are_refused_and_the_loop_keeps_its_pace(tmp_path):
+    """15.5: 10⁶ wrenches took 42 s, a 10⁵-point trajectory held the loop 2.4 s, a 10⁵-point
+    ~/simulate reference never answered."""
+    node = control_node(tmp_path, urdf_path=str(UR5), mode="computed_torque")
+    commands = node.commands
+    stream_states(node, UR5_JOINTS, np.zeros(6))
+    assert node.wait_for(lambda: len(commands) > 10, 20.0), node.output()
+    start = len(commands)
+    began = time.monotonic()
+    forward = node.call(ForwardDynamics, "~/forward_dynamics", ForwardDynamics.Request(
+        joint_names=UR5_JOINTS, positions=[0.0] * 6, efforts=[0.0] * 6,
+        wrench_links=["wrist_3_link"] * 100_000, wrenches=[Wrench()] * 100_000), timeout=30.0)
+    refused_in = time.monotonic() - began
+    assert not forward.success and "at most 1000" in forward.message, forward.message
+
+    def trajectory(points: int, seconds: float = 1.0) -> JointTrajectory:
+        msg = JointTrajectory(joint_names=UR5_JOINTS)
+        for k in range(points):
+            p = JointTrajectoryPoint(positions=[0.1 * np.sin(k / points)] * 6)
+            p.time_from_start.sec, p.time_from_start.nanosec = divmod(
+                round((k + 1) * seconds / points * 1e9), 1_000_000_000)
+            msg.points.append(p)
+        return msg
+
+    node.publish_matched(JointTrajectory, "~/trajectory", trajectory(100_000))
+    assert node.wait_for_log("ignored unread", 20.0), node.output()
+    node.publish_matched(JointTrajectory, "~/trajectory", trajectory(10_000, 2.0))
+    rollout = node.call(Simulate, "~/simulate", Simulate.Request(
+        joint_names=UR5_JOINTS, positions=[0.0] * 6, duration=0.1,
+        torque_mode="computed_torque", reference=trajectory(100_000)), timeout=30.0)
+    assert not rollout.success and "at most 10000" in rollout.message, rollout.message
+    ok = node.call(Simulate, "~/simulate", Simulate.Request(
+        joint_names=UR5_JOINTS, positions=[0.0] * 6, duration=0.1,
+        torque_mode="computed_torque", reference=trajectory(100)))
+    assert ok.success, ok.message
+    node.wait_for(lambda: len(commands) > start + 200, 5.0)
+    times = [t for t, _ in commands[start:]]
+    print(f"\n10⁵ wrenches refused in {refused_in:.2f} s (request round trip); largest "
+          f"command gap meanwhile {1e3 * gaps(times):.0f} ms")
+    assert gaps(times) < 1.5  # rclpy's own deserialisation of the 5.6 MB request included
+    node.close()
+
+
+def test_sigint_during_a_long_roll_out_stops_within_2_s(tmp_path):
+    """15.6: a signal while a callback was busy took 7.8–9.8 s to end the node."""
+    node = control_node(tmp_path, urdf_path=str(UR5))
+    request = Simulate.Request(joint_names=UR5_JOINTS, positions=[0.0] * 6, duration=100.0,
+                               time_step=0.001, output_decimation=100, integrator="rk4",
+                               torque_mode="gravity_compensation")
+    simulate = node.peer.node.create_client(Simulate, node.topic("~/simulate"))
+    assert simulate.wait_for_service(timeout_sec=10.0)
+    future = simulate.call_async(request)
+    sent = time.monotonic()  # the roll-out takes tens of seconds: a second in, it is busy
+    node.wait_for(lambda: time.monotonic() - sent > 1.0, 2.0)
+    assert not future.done()
+    began = time.monotonic()
+    node.process.proc.send_signal(signal.SIGINT)
+    node.process.proc.wait(10.0)
+    took = time.monotonic() - began
+    print(f"\nSIGINT during a 100 s roll-out: stopped in {took:.2f} s")
+    assert took < 2.0 and node.process.proc.returncode == 0, node.output()
+    node.peer.close()
+
+
+# ----------------------------------------------------------------------------- 7–11: results
+
+
+def test_huge_finite_inputs_answer_false_instead_of_nan(tmp_path):
+    """15.7: v = 1e200 answered success=true with NaN."""
+    node = control_node(tmp_path, urdf_path=str(UR5))
+    inverse = node.call(InverseDynamics, "~/inverse_dynamics",
+                        inverse_request(UR5_JOINTS, [0.1] * 6, [1e200] * 6))
+    assert not inverse.success and "not finite" in inverse.message, inverse.message
+    forward = node.call(ForwardDynamics, "~/forward_dynamics", ForwardDynamics.Request(
+        joint_names=UR5_JOINTS, positions=[0.1] * 6, velocities=[1e200] * 6,
+        efforts=[0.0] * 6))
+    assert not forward.success and "not finite" in forward.message, forward.message
+    node.close()
+
+
+def _pin_rnea(q, a):
+    pm = pin.buildModelFromUrdf(str(UR5))
+    order = [pm.joints[pm.getJointId(n)].idx_v for n in UR5_JOINTS]
+    tau = pin.rnea(pm, pm.createData(), q, np.zeros(6), a)[order]
+    limit = load_model(UR5).effort_limit
+    return np.clip(tau, -limit, limit)
+
+
+def test_a_trajectory_that_ended_is_refused_and_the_set_point_stands(tmp_path):
+    """15.8: a trajectory already over drove the arm to its end at saturated torque."""
+    node = control_node(tmp_path, urdf_path=str(UR5), mode="computed_torque", kp=[100.0],
+                        kd=[20.0])
+    assert node.command_after(UR5_JOINTS, np.zeros(6)) is not None, node.output()
+    goal = np.array([0.2, -0.3, 0.4, 0.1, 0.2, 0.3])
+    node.publish_matched(JointTrajectory, "~/trajectory", JointTrajectory(
+        joint_names=UR5_JOINTS, points=[JointTrajectoryPoint(positions=goal.tolist())]))
+    q = np.zeros(6)
+    assert node.wait_for(lambda: rel_err(node.command_after(UR5_JOINTS, q),
+                                         _pin_rnea(q, 100.0 * goal)) < 1e-9, 10.0)
+    old = JointTrajectory(joint_names=UR5_JOINTS, points=[JointTrajectoryPoint(
+        positions=[1.0] * 6)])
+    old.points[0].time_from_start.sec = 1
+    now = time.time()
+    old.header.stamp.sec, old.header.stamp.nanosec = int(now) - 10, 0
+    node.publish_matched(JointTrajectory, "~/trajectory", old)
+    assert node.wait_for_log("ended", 5.0), node.output()
+    assert rel_err(node.command_after(UR5_JOINTS, q), _pin_rnea(q, 100.0 * goal)) < 1e-9
+    node.close()
+
+
+def test_an_overflowing_reference_is_refused_cleanly_and_does_not_poison_the_next(tmp_path):
+    """15.9: a reference at 1e308 raised ValueError from the loop every 2 s with a traceback,
+    and broke the next trajectory too."""
+    node = control_node(tmp_path, urdf_path=str(UR5), mode="computed_torque", kp=[100.0],
+                        kd=[20.0])
+    q = np.zeros(6)
+    assert node.command_after(UR5_JOINTS, q) is not None, node.output()
+    node.publish_matched(JointTrajectory, "~/trajectory", JointTrajectory(
+        joint_names=UR5_JOINTS, points=[JointTrajectoryPoint(positions=[1e308] * 6)]))
+
+    def refused() -> bool:
+        node.send_state(UR5_JOINTS, q)
+        return "not finite" in node.output()
+
+    assert node.wait_for(refused, 5.0), node.output()
+    commands = node.commands
+    count = node.peer.settle(commands)
+    node.send_state(UR5_JOINTS, q)
+    assert not node.wait_for(lambda: len(commands) > count, 0.5), "a command for overflow"
+    assert node.wait_for(lambda: any("not finite" in m for m in statuses(node)), 5.0)
+    goal = np.array([0.2, -0.3, 0.4, 0.1, 0.2, 0.3])
+    node.publish_matched(JointTrajectory, "~/trajectory", JointTrajectory(
+        joint_names=UR5_JOINTS, points=[JointTrajectoryPoint(positions=goal.tolist())]))
+    assert node.wait_for(lambda: rel_err(node.command_after(UR5_JOINTS, q),
+                                         _pin_rnea(q, 100.0 * goal)) < 1e-9, 10.0)
+    assert "Traceback" not in node.output()
+    node.close()
+
+
+def test_gains_set_without_a_model_are_checked_now_and_again_on_load(tmp_path):
+    """15.10: with no model, NaN or negative gains were accepted, and then every description
+    was refused."""
+    node = control_node(tmp_path)
+    assert node.wait_for_log("waiting for a robot description")
+    for bad in ([float("nan")], [-5.0]):
+        result = node.set_parameters(kp=bad)
+        assert not result.successful and "finite and ≥ 0" in result.reason, result.reason
+    assert node.set_parameters(kp=[10.0, 20.0, 30.0]).successful  # joints unknown yet
+    describe(node, UR5.read_text())
+    assert node.wait_for_log("kp needs 1 or 6 values", 10.0), node.output()
+    assert node.wait_for(lambda: any("kp needs 1 or 6 values" in m for m in statuses(node)),
+                         5.0)
+    assert node.set_parameters(kp=[100.0] * 6).successful
+    assert node.wait_for_log("model 'ur5'", 10.0), node.output()
+    assert node.command_after(UR5_JOINTS, np.zeros(6)) is not None
+    node.close()
+
+
+def test_the_simulator_refuses_parameters_it_cannot_apply(tmp_path):
+    """15.11: time_step −1, integrator "bogus" and a NaN gravity were accepted and ignored."""
+    sim = simulator(tmp_path, urdf_path=str(UR5))
+    for name, value in (("time_step", -1.0), ("integrator", "bogus"),
+                        ("gravity", [float("nan")] * 3), ("real_time_factor", 0.0),
+                        ("command_timeout", float("nan"))):
+        result = sim.set_parameters(**{name: value})
+        assert not result.successful, (name, value)
+    assert sim.set_parameters(real_time_factor=0.5, command_timeout=0.2).successful
+    sim.close()
