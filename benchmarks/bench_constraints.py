@@ -1,6 +1,6 @@
-"""The paper's computing-time comparison (seed 001): 60 s of the omnidirectional robot and of
-the space robot with the Udwadia–Kalaba equation and with the extended Rosenberg embedding,
-same integrator (DOP853, rtol = atol = 1e-10), plus the time of one solve.
+"""The paper's computing-time comparison ([Z23] in docs/conventions.md): 60 s of the
+omnidirectional robot and of the space robot with the Udwadia–Kalaba equation and with the
+extended Rosenberg embedding, same integrator (DOP853, rtol = atol = 1e-10), plus one solve.
 
     python benchmarks/bench_constraints.py
 """

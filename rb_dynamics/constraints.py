@@ -1,4 +1,5 @@
-"""Constrained dynamics (seed 001): constraints as A(q, q̇, t) q̈ = b, solved two ways.
+"""Constrained dynamics ([UK92], [Z23]; docs/conventions.md): constraints as A(q, q̇, t) q̈ = b,
+solved two ways.
 
 - ``udwadia_kalaba``: Gauss's principle in closed form,
   q̈ = a + M^{-1/2} (A M^{-1/2})⁺ (b − A a) with a = M⁻¹F. We use the Cholesky factor L

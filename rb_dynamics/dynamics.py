@@ -1,12 +1,12 @@
 """Reference rigid-body dynamics on a system model, after Featherstone's spatial_v2.
 
 Each algorithm is one short function: ``rnea`` (ID.m), ``crba`` (HandC.m), ``aba`` (FDab.m),
-plus gravity, centres of mass (MuJoCo's ``mj_comPos``, seed 002), energies, momentum and
+plus gravity, centres of mass (MuJoCo's ``mj_comPos`` [MJ]), energies, momentum and
 kinematics. They are written for clarity, and broadcast over a leading batch axis: q of shape
 (N, nq) gives results of shape (N, nv) with no Python loop over states. Fast specialised
 kernels live beside this module and are tested against it.
 
-Public vectors follow conventions.md: q and v are the independent coordinates; wrenches and
+Public vectors follow docs/conventions.md: q and v are the independent coordinates; wrenches and
 Jacobian rows are [linear; angular]. Internally spatial vectors are [angular; linear].
 """
 

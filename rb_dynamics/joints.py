@@ -1,7 +1,7 @@
 """Joint models (Featherstone's ``jcalc``).
 
 Every joint here has a constant motion subspace S in successor coordinates, so the velocity
-product term c_J = Ṡ q̇ is zero (seed 000, Table 4.1 and Example 4.5):
+product term c_J = Ṡ q̇ is zero ([F08] Table 4.1 and Example 4.5; docs/conventions.md):
 
 - ``revolute``  q = [θ], S = [a; 0]; URDF ``continuous`` joints are revolute without limits.
 - ``prismatic`` q = [d], S = [0; a].

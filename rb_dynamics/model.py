@@ -1,9 +1,9 @@
-"""URDF → Featherstone system model (seed 000, §4.1–4.4).
+"""URDF → Featherstone system model [F08 §4.1–4.4] (references: docs/conventions.md).
 
 Bodies are numbered regularly (parent λ(i) < i; depth-first, children in URDF order).
 Fixed joints weld their child link into the parent body (inertia merged, the link kept as a
 frame). Mimic joints are bodies whose joint variable follows ``multiplier·q_leader + offset``;
-the public coordinates q, v hold only independent joints (conventions.md).
+the public coordinates q, v hold only independent joints (docs/conventions.md).
 """
 
 from __future__ import annotations

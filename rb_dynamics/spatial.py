@@ -14,7 +14,6 @@ __all__ = [
     "crf",
     "crm",
     "force_apply_transpose",
-    "matrix_to_quat",
     "mcI",
     "motion_apply",
     "plux",
@@ -76,14 +75,6 @@ def quat_to_matrix(quat: np.ndarray) -> np.ndarray:
     out[..., 2, 1] = 2 * (y * z + x * w)
     out[..., 2, 2] = 1 - 2 * (x * x + y * y)
     return out
-
-
-def matrix_to_quat(rot: np.ndarray) -> np.ndarray:
-    """Unit quaternion [x, y, z, w] (w ≥ 0) of a single rotation matrix."""
-    from scipy.spatial.transform import Rotation
-
-    quat = Rotation.from_matrix(rot).as_quat()
-    return quat if quat[3] >= 0 else -quat
 
 
 def plux(E: np.ndarray, r: np.ndarray) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""The two robots of seed 001 (Zhao et al. 2023), written from the paper's equations."""
+"""The two robots of [Z23] (Zhao et al. 2023; docs/conventions.md), from the paper's equations."""
 
 from __future__ import annotations
 

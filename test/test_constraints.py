@@ -1,4 +1,4 @@
-"""Constrained dynamics: the seed-001 robots (UK vs extended Rosenberg), and engine constraints."""
+"""Constrained dynamics: the [Z23] robots (UK vs extended Rosenberg), and engine constraints."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def test_space_robot_urdf_reproduces_the_papers_equations():
     The θ row of M q̈ + C q̇ = 0 is the momentum constraint, so −(C q̇)_θ must equal the
     paper's b. On the arm rows the Lagrangian of this M gives −(C q̇)_ψ = −m2 r L θ̇² sin ψ;
     the paper's F adds ψ̇ θ̇ m2 r L sin ψ, which no Lagrangian with this M produces (a slip in
-    eq. 43, like seed 004's). The solver checks above use the paper's F as printed.
+    eq. 43, like [C05]'s). The solver checks above use the paper's F as printed.
     """
     model = load_model(space_robot_urdf(), gravity=(0, 0, 0))
     m2, r, L = SPACE["m2"], SPACE["r"], SPACE["L"]

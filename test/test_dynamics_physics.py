@@ -1,4 +1,4 @@
-"""Physics checks that need no oracle: structure of M, ABA ∘ RNEA, energy, the seed-004 arm,
+"""Physics checks that need no oracle: structure of M, ABA ∘ RNEA, energy, the [C05] two-link arm,
 and batched evaluation equal to state-by-state evaluation."""
 
 from __future__ import annotations
@@ -107,10 +107,10 @@ def test_energy_is_conserved_without_torque_or_damping(name):
     assert drift <= 1e-6, drift
 
 
-def test_seed_004_two_link_arm_closed_form():
-    """τ = M(θ) θ̈ + h(θ, θ̇) + g(θ) for the planar two-link arm of seed 004.
+def test_two_link_arm_closed_form():
+    """τ = M(θ) θ̈ + h(θ, θ̇) + g(θ) for the planar two-link arm of [C05].
 
-    The seed's M11 carries a stray "+2 l1 lg2" and h1 writes l12 for lg2; the textbook
+    The lecture notes' M11 carries a stray "+2 l1 lg2" and h1 writes l12 for lg2; the textbook
     (Craig) form used here is M11 = I1 + I2 + m1 lg1² + m2 (l1² + lg2² + 2 l1 lg2 cos θ2).
     """
     m1, m2, l1, lg1, lg2, I1, I2, g = 2.0, 1.3, 0.7, 0.3, 0.25, 0.08, 0.05, 9.81

@@ -1,4 +1,4 @@
-"""Reference cases for the simulator: the seed-003 chains against Pinocchio integrated the same
+"""Reference cases for the simulator: the [PP] chains against Pinocchio integrated the same
 way, and the energy of a free panda over 10 s."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from rb_dynamics.model import load_model
 from rb_dynamics.simulation import step
 
 ROD = 'ixx="8.333e-4" iyy="1e-6" izz="8.333e-4" ixy="0" ixz="0" iyz="0"'  # 1 kg, 10 cm rod
-UNIT = 'ixx="1" iyy="1" izz="1" ixy="0" ixz="0" iyz="0"'  # the seed's M[i] = Id(6)
+UNIT = 'ixx="1" iyy="1" izz="1" ixy="0" ixz="0" iyz="0"'  # the [PP] case's M[i] = Id(6)
 
 
 def chain_urdf(n: int, alternate: bool, inertia: str = ROD) -> str:
@@ -48,7 +48,7 @@ def _rk4(f, q, v, dt):
 
 @pytest.mark.parametrize("n, alternate, inertia", [
     (4, False, ROD), (4, False, UNIT), (10, True, ROD)],
-    ids=["seed003_4link", "seed003_4link_unit_inertia", "10dof_alternating"])
+    ids=["pp_4link", "pp_4link_unit_inertia", "10dof_alternating"])
 def test_falling_chain_agrees_with_pinocchio_integrated_the_same_way(n, alternate, inertia):
     """Zero torque, from rest and horizontal; ours (step, RK4, 1 ms) against pin.aba under the
     same RK4: the tip link's COM height agrees within 1e-6 m over 2 s (checked every 20 ms)."""

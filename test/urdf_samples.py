@@ -98,7 +98,7 @@ def kitchen_sink_urdf(
 def two_link_arm_urdf(
     m1: float, m2: float, l1: float, lg1: float, lg2: float, I1: float, I2: float
 ) -> str:
-    """The planar two-link arm of seed 004: joints about z, links along x, gravity along -y."""
+    """The planar two-link arm of [C05]: joints about z, links along x, gravity along -y."""
 
     def inertial(m, lg, izz):
         return (
