@@ -40,23 +40,41 @@ class Recording:
     clock: list[tuple[float, float]] = field(default_factory=list)  # (wall, sim)
 
 
-PERIOD_S = 4.0
+# Each joint its own motion: its own period and swing, so that every curve of the plot is
+# its own and the joints excite each other's dynamics (Coriolis, changing inertia)
+PERIODS_S = (1.2, 1.5, 1.1, 1.3, 1.0, 1.4, 1.25, 1.15, 1.35)
+SWINGS_RAD = (1.2, -1.0, 1.2, -1.0, 1.0, -1.2, 0.9, -1.0, 0.8)
+# the swing's peak velocity (0.65·A·ω) stays within this share of the URDF velocity limit
+VELOCITY_SHARE = 0.85
+_PEAK_SPEED = 0.75 * math.sqrt(0.75)  # max of (1 − cos x) sin x / 2
+# gains of both laws, per unit of inertia: computed torque's kp, kd (1/s², 1/s); the PD +
+# gravity baseline uses the same times the joint's own inertia M_ii at the start
+KP, KD = 400.0, 40.0
 
 
 def reference_amplitude(q0: np.ndarray, lower: np.ndarray, upper: np.ndarray,
-                        amplitude: float = 0.3) -> np.ndarray:
-    """Per-joint swing: 0.3 rad (alternating sign), less where a limit is near."""
-    signs = np.array([1.0 if k % 2 == 0 else -1.0 for k in range(len(q0))])
-    room = np.minimum(upper - q0, q0 - lower)
-    return np.minimum(amplitude, 0.45 * np.where(np.isfinite(room), room, np.inf)) * signs
+                        velocity_limit: np.ndarray | None = None) -> np.ndarray:
+    """Per-joint swing (``SWINGS_RAD``), less where a position limit is near or where the
+    swing would pass ``VELOCITY_SHARE`` of the velocity limit."""
+    n = len(q0)
+    swing = np.resize(np.array(SWINGS_RAD), n)
+    room = np.where(swing > 0, upper - q0, q0 - lower)
+    size = np.minimum(np.abs(swing), 0.9 * np.where(np.isfinite(room), room, np.inf))
+    if velocity_limit is not None:
+        omega = 2 * math.pi / np.resize(np.array(PERIODS_S), n)
+        fastest = VELOCITY_SHARE * velocity_limit / (_PEAK_SPEED * omega)
+        size = np.minimum(size, np.where(np.isfinite(fastest), fastest, np.inf))
+    return np.sign(swing) * size
 
 
 def reference(t: np.ndarray | float, q0: np.ndarray, amp: np.ndarray):
-    """The smooth reference q0 + A(1 − cos ωt)/2 with its exact derivatives."""
-    w = 2 * math.pi / PERIOD_S
+    """The reference q0 + A (1 − cos ω t)²/4 per joint, with its exact derivatives: it starts
+    at rest with zero acceleration (no jump for the controller to catch up with)."""
+    w = 2 * math.pi / np.resize(np.array(PERIODS_S), len(q0))
     t = np.asarray(t, dtype=float)[..., None]
-    return (q0 + amp * (1 - np.cos(w * t)) / 2, amp * w * np.sin(w * t) / 2,
-            amp * w * w * np.cos(w * t) / 2)
+    c, s = np.cos(w * t), np.sin(w * t)
+    return (q0 + amp * (1 - c) ** 2 / 4, amp * w * (1 - c) * s / 2,
+            amp * w * w * (s * s + (1 - c) * c) / 2)
 
 
 def _initial_configuration(model) -> np.ndarray:
@@ -109,15 +127,16 @@ def run(urdf: Path, duration: float, mode: str, out_dir: Path, quiet: bool = Fal
     q_index = [model.joint_q_index[model.joint_index(n)] for n in joints]
     lower, upper = model.position_lower[q_index], model.position_upper[q_index]
     q0 = _initial_configuration(model)[q_index]
-    limits = model.effort_limit[[model.joint_v_index[model.joint_index(n)] for n in joints]]
-    amp = reference_amplitude(q0, lower, upper)
+    v_index = [model.joint_v_index[model.joint_index(n)] for n in joints]
+    limits = model.effort_limit[v_index]
+    amp = reference_amplitude(q0, lower, upper, model.velocity_limit[v_index])
 
     sim = _spawn("rb_dynamics.sim_node", {
         "urdf_path": str(urdf), "initial_positions": q0.tolist(), "publish_rate": 1000.0,
         "time_step": 0.001, "integrator": "semi_implicit_euler", "publish_clock": True,
         "command_timeout": 0.2, "start_paused": True, "lockstep": lockstep}, [], log_dir)
     control = _spawn("rb_dynamics.node", {
-        "urdf_path": str(urdf), "mode": mode, "kp": [400.0], "kd": [40.0],
+        "urdf_path": str(urdf), "mode": mode, "kp": [KP], "kd": [KD],
         "friction_compensation": True, "state_timeout": 0.1, "use_sim_time": True},
         ["-r", f"~/effort_commands:=/{SIM}/commands"], log_dir)
     rclpy.init()
@@ -170,9 +189,9 @@ def run(urdf: Path, duration: float, mode: str, out_dir: Path, quiet: bool = Fal
                     raise RuntimeError(f"the {name} exited: see {log_dir}")
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the nodes did not come up within 30 s: see {log_dir}")
-        # waypoints every 0.1 s with exact derivatives: the node's quintic segments follow the
-        # cosine to ~1e-7 rad
-        times = np.arange(0.0, duration + 1e-9, 0.1)
+        # waypoints every 20 ms with exact derivatives: the node's quintic segments follow
+        # the cosines to ~1e-7 rad
+        times = np.arange(0.0, duration + 1e-9, 0.02)
         q_ref, v_ref, a_ref = reference(times, q0, amp)
         msg = JointTrajectory(joint_names=joints)
         for t, q, v, a in zip(times, q_ref, v_ref, a_ref):
@@ -216,10 +235,54 @@ def run(urdf: Path, duration: float, mode: str, out_dir: Path, quiet: bool = Fal
         node.destroy_node()
         rclpy.shutdown()
     report.update(_figures(rec, joints, limits))
+    baseline = pd_gravity_baseline(model, joints, q0, amp, duration)
+    report["pd_gravity_rms_error_rad"] = dict(zip(joints, np.sqrt(
+        (baseline.error ** 2).mean(axis=0)).tolist()))
     report["log_dir"] = str(log_dir)
-    report["plot"] = str(_plot(rec, joints, limits, out_dir / "main_job.png"))
+    report["plot"] = str(_plot(rec, joints, limits, baseline, out_dir / "main_job.png"))
     (out_dir / "main_job_report.json").write_text(json.dumps(report, indent=2))
     return report
+
+
+@dataclass
+class Baseline:
+    t: np.ndarray
+    error: np.ndarray  # q − q_d per joint
+
+
+def pd_gravity_baseline(model, joints: list[str], q0: np.ndarray, amp: np.ndarray,
+                        duration: float, dt: float = 1e-3) -> Baseline:
+    """What the same reference gives without the dynamics model beyond gravity: τ = g(q) +
+    K_p (q_d − q) + K_d (q̇_d − q̇), K = M_ii(q0)·(KP, KD), on the same simulator (in-process,
+    one command per 1 ms step, like the lock-step run; same URDF losses, compensated)."""
+    from .backend import make_dynamics
+    from .control import friction_compensation
+    from .simulation import Simulator
+
+    dyn = make_dynamics(model)
+    index = np.array([model.joint_v_index[model.joint_index(n)] for n in joints])
+    q_start = model.neutral_configuration()
+    q_start[[model.joint_q_index[model.joint_index(n)] for n in joints]] = q0
+    sim = Simulator(dyn, dt, "semi_implicit_euler", q0=q_start, command_timeout=math.inf)
+    inertia = np.diag(dyn.crba(q_start))[index]
+    kp, kd = inertia * KP, inertia * KD
+    steps = round(duration / dt)
+    errors = np.empty((steps, len(joints)))
+    for k in range(steps):
+        q_d, v_d, _ = reference(k * dt, q0, amp)
+        q, v = sim.q[index], sim.v[index]
+        tau = dyn.gravity(sim.q) + friction_compensation(model, _spread(model, index, v_d))
+        tau[index] += kp * (q_d - q) + kd * (v_d - v)
+        sim.set_command(tau)
+        errors[k] = q - q_d
+        sim.advance(dt)
+    return Baseline(np.arange(steps) * dt, errors)
+
+
+def _spread(model, index: np.ndarray, values: np.ndarray) -> np.ndarray:
+    full = np.zeros(model.nv)
+    full[index] = values
+    return full
 
 
 def _figures(rec: Recording, joints: list[str], limits: np.ndarray) -> dict:
@@ -244,7 +307,8 @@ def _figures(rec: Recording, joints: list[str], limits: np.ndarray) -> dict:
     }
 
 
-def _plot(rec: Recording, joints: list[str], limits: np.ndarray, path: Path) -> Path:
+def _plot(rec: Recording, joints: list[str], limits: np.ndarray, baseline: Baseline,
+          path: Path) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -252,22 +316,26 @@ def _plot(rec: Recording, joints: list[str], limits: np.ndarray, path: Path) -> 
 
     t = np.array(rec.t)
     q, qd, effort = np.array(rec.q), np.array(rec.q_desired), np.array(rec.effort)
-    fig, axes = plt.subplots(3, 1, figsize=(10, 10), sharex=True)
+    fig, axes = plt.subplots(3, 1, figsize=(11, 10), sharex=True)
     colors = plt.cm.tab10(np.arange(len(joints)) % 10)
     for k, name in enumerate(joints):
         axes[0].plot(t, qd[:, k], "--", color=colors[k], lw=1)
         axes[0].plot(t, q[:, k], color=colors[k], lw=1.5, label=name)
-        axes[1].plot(t, effort[:, k] / limits[k], color=colors[k], lw=1, label=name)
+        axes[1].plot(t, effort[:, k] / limits[k], color=colors[k], lw=1)
         axes[2].semilogy(t, np.abs(q[:, k] - qd[:, k]) + 1e-12, color=colors[k], lw=1)
-    axes[0].set_ylabel("position (rad) — dashed: desired")
-    axes[0].legend(loc="upper right", fontsize=7, ncol=2)
-    axes[1].axhline(1.0, color="k", lw=0.8)
-    axes[1].axhline(-1.0, color="k", lw=0.8)
+        axes[2].semilogy(baseline.t, np.abs(baseline.error[:, k]) + 1e-12, ":",
+                         color=colors[k], lw=1)
+    axes[0].set_ylabel("position (rad)\nsolid: measured, dashed: desired")
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="upper center", fontsize=8,
+               ncol=min(len(joints), 5), bbox_to_anchor=(0.5, 0.945))
+    for level in (1.0, -1.0):
+        axes[1].axhline(level, color="k", lw=0.8)
     axes[1].set_ylabel("effort / URDF limit")
-    axes[2].set_ylabel("|q − q_d| (rad)")
+    axes[2].set_ylabel("|q − q_d| (rad)\nsolid: computed torque\ndotted: PD + gravity")
     axes[2].set_xlabel("time (s)")
-    fig.suptitle("rb_dynamics: computed torque on the simulator, over DDS")
-    fig.tight_layout()
+    fig.suptitle("rb_dynamics main job: computed torque on the simulator over DDS\n"
+                 "(tracking error: solid; PD + gravity compensation, same gains: dotted)")
+    fig.tight_layout(rect=(0, 0, 1, 0.91))
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
@@ -277,11 +345,15 @@ def print_report(report: dict) -> None:
     joints = report["joints"]
     print(f"\nrb_dynamics main job — {report['robot']} ({len(joints)} joints), mode "
           f"{report['mode']}, {report['duration_s']:.1f} s")
-    print(f"{'joint':<24}{'RMS err (rad)':>15}{'max err (rad)':>15}{'max |τ|/limit':>15}")
+    print(f"{'joint':<24}{'RMS err (rad)':>15}{'max err (rad)':>15}{'max |τ|/limit':>15}"
+          f"{'PD+g RMS err':>15}")
     for name in joints:
         print(f"{name:<24}{report['rms_error_rad'][name]:>15.2e}"
               f"{report['max_error_rad'][name]:>15.2e}"
-              f"{report['max_effort_over_limit'][name]:>15.3f}")
+              f"{report['max_effort_over_limit'][name]:>15.3f}"
+              f"{report['pd_gravity_rms_error_rad'][name]:>15.2e}")
+    print("(PD+g: PD + gravity compensation with the same gains per unit inertia, same "
+          "reference, same simulator, in-process)")
     lat = report["latency_ms"]
     print(f"command latency (state → command, ms): median {lat['median']:.3f}, "
           f"p99 {lat['p99']:.3f}")

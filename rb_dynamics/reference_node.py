@@ -1,5 +1,6 @@
-"""Publishes a smooth reference trajectory for the demo: each joint swings ±0.3 rad (less near
-its limits) about where the arm is, as a JointTrajectory with exact velocities and accelerations.
+"""Publishes a smooth reference trajectory for the demo: each joint swings on a period of its
+own (less near its limits) about where the arm is, as a JointTrajectory with exact velocities
+and accelerations (rb_dynamics.main_job.reference).
 
 Parameters: robot_description / urdf_path (the robot), duration (s of motion, default 60).
 """
@@ -40,9 +41,11 @@ class ReferenceNode(Node):
             return
         q0 = np.array([by_name[n] for n in self.joints])
         index = [self.model.joint_q_index[self.model.joint_index(n)] for n in self.joints]
+        v_index = [self.model.joint_v_index[self.model.joint_index(n)] for n in self.joints]
         amp = reference_amplitude(q0, self.model.position_lower[index],
-                                  self.model.position_upper[index])
-        times = np.arange(0.0, self.get_parameter("duration").value + 1e-9, 0.1)
+                                  self.model.position_upper[index],
+                                  self.model.velocity_limit[v_index])
+        times = np.arange(0.0, self.get_parameter("duration").value + 1e-9, 0.02)
         q, v, a = reference(times, q0, amp)
         trajectory = JointTrajectory(joint_names=self.joints)
         for t, qk, vk, ak in zip(times, q, v, a):
