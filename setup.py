@@ -32,7 +32,7 @@ ckernels = Extension(
 
 setup(
     name=package_name,
-    version="0.1.0",
+    version="0.2.0",
     packages=find_packages(exclude=["test", "test.*"]),
     ext_modules=[ckernels],
     cmdclass={"build_ext": BuildExt},
@@ -45,10 +45,11 @@ setup(
         (f"share/{package_name}/config", glob("config/*.yaml")),
         (f"share/{package_name}/urdf", glob(f"{package_name}/urdf/*.urdf")),
     ],
-    install_requires=["setuptools", "numpy", "scipy"],
+    # numpy and scipy are dependencies of the ROS package (package.xml): rosdep installs them
+    install_requires=["setuptools"],
     zip_safe=False,  # a compiled extension
-    maintainer="rb_dynamics maintainers",
-    maintainer_email="maintainers@users.noreply.example",
+    maintainer="Seed 50c174e3 maintainers",
+    maintainer_email="maintainers@users.noreply.a-seed-50c174e3.example",
     description="Rigid-body dynamics of URDF robots and a ROS 2 node serving them",
     license="Apache-2.0",
     python_requires=">=3.10",

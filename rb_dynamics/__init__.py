@@ -5,7 +5,7 @@ The core (``model``, ``dynamics``) needs only NumPy; ``node`` and ``main_job`` n
 
 from pathlib import Path
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 DEFAULT_URDF = Path(__file__).resolve().parent / "urdf" / "default_arm.urdf"
 

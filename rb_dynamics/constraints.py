@@ -63,6 +63,7 @@ class Baumgarte:
 
 @dataclass
 class ConstraintRows:
+    """The rows one constraint adds at a state: A q̈ = b, and its violation."""
     A: np.ndarray  # (m, nv)
     b: np.ndarray  # (m,)
     violation: np.ndarray  # φ (position level) or A q̇ − c (velocity level), for reporting
@@ -271,6 +272,7 @@ SOLVERS = {"udwadia_kalaba": udwadia_kalaba, "rosenberg": rosenberg}
 
 @dataclass
 class ConstrainedAcceleration:
+    """What a constrained forward-dynamics solve gives."""
     qdd: np.ndarray
     constraint_force: np.ndarray  # generalized force F_c = M q̈ − F
     violation: np.ndarray  # stacked φ / (A q̇ − c) of every constraint

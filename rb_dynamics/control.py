@@ -153,6 +153,7 @@ class TrajectoryError(ValueError):
 
 @dataclass(frozen=True)
 class TrajectoryPoint:
+    """One point of a joint trajectory (fields left None are not given)."""
     time: float  # seconds from the trajectory start
     positions: np.ndarray
     velocities: np.ndarray | None = None
@@ -276,6 +277,7 @@ class TrajectorySampler:
 
 @dataclass
 class ControlOutput:
+    """One effort command and what came with it."""
     effort: np.ndarray  # in the controller's joint order, clamped to the effort limits
     clamped: list[str]  # joints whose effort hit a limit
     position_error: np.ndarray  # q_d − q in the controller's joint order (zeros in gravity mode)

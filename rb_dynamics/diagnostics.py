@@ -106,6 +106,7 @@ def controller_level(stats: Statistics, state_age: float, max_state_age: float
 
 
 def status(name: str, level: int, message: str, values: dict[str, str]) -> DiagnosticStatus:
+    """The node's one diagnostic status."""
     return DiagnosticStatus(name=f"{name}: controller", hardware_id=name, level=level,
                             message=message,
                             values=[KeyValue(key=k, value=v) for k, v in values.items()])

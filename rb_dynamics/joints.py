@@ -26,6 +26,7 @@ JOINT_DIMENSIONS = {"revolute": (1, 1), "prismatic": (1, 1), "planar": (3, 3), "
 
 @dataclass(frozen=True)
 class JointModel:
+    """A joint's type and axis (its successor-frame motion subspace follows)."""
     kind: str
     axis: np.ndarray  # unit vector in the joint frame (the planar joint's normal is its z axis)
 

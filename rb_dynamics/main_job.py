@@ -32,6 +32,7 @@ SIM, CONTROL = "rb_simulator", "rb_dynamics"
 
 @dataclass
 class Recording:
+    """What the main job records from the closed loop."""
     t: list[float] = field(default_factory=list)  # wall time of each joint state (s)
     q: list[list[float]] = field(default_factory=list)
     effort: list[list[float]] = field(default_factory=list)
@@ -111,6 +112,7 @@ def _stop(proc: subprocess.Popen, timeout: float = 5.0) -> str:
 
 def run(urdf: Path, duration: float, mode: str, out_dir: Path, quiet: bool = False,
         lockstep: bool = True) -> dict:
+    """Simulator and control node in closed loop over DDS for ``duration`` s; the report."""
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
     from rosgraph_msgs.msg import Clock
@@ -246,6 +248,7 @@ def run(urdf: Path, duration: float, mode: str, out_dir: Path, quiet: bool = Fal
 
 @dataclass
 class Baseline:
+    """The PD + gravity baseline's tracking error over time."""
     t: np.ndarray
     error: np.ndarray  # q − q_d per joint
 
@@ -342,6 +345,7 @@ def _plot(rec: Recording, joints: list[str], limits: np.ndarray, baseline: Basel
 
 
 def print_report(report: dict) -> None:
+    """The run's figures, one line per joint."""
     joints = report["joints"]
     print(f"\nrb_dynamics main job — {report['robot']} ({len(joints)} joints), mode "
           f"{report['mode']}, {report['duration_s']:.1f} s")
@@ -364,6 +368,7 @@ def print_report(report: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``rb_dynamics_main_job``: run, report, plot."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--urdf", type=Path, default=DEFAULT_URDF, help="robot description")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds of motion")

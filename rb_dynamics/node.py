@@ -93,6 +93,7 @@ PARAMETERS: dict[str, ParameterSpec] = {
 
 
 class DynamicsNode(Node):
+    """The control node: composes the parts listed in the module docstring."""
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(NODE_NAME, **kwargs)
         ros_params.declare(self, PARAMETERS)
@@ -321,6 +322,7 @@ class DynamicsNode(Node):
 
 
 def main(args: list[str] | None = None) -> int:
+    """``rb_dynamics_node``."""
     from .ros_runtime import run_node
 
     # The control loop thread waits for the GIL while the main thread runs Python (a roll-out,

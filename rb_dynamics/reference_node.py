@@ -20,6 +20,7 @@ from .model import load_model
 
 
 class ReferenceNode(Node):
+    """Sends one reference trajectory once it sees the arm's state."""
     def __init__(self, **kwargs) -> None:
         super().__init__("rb_reference", **kwargs)
         self.declare_parameter("robot_description", "")
@@ -61,6 +62,7 @@ class ReferenceNode(Node):
 
 
 def main(args: list[str] | None = None) -> int:
+    """``rb_reference``."""
     from .ros_runtime import run_node
 
     return run_node(ReferenceNode, args)

@@ -80,6 +80,7 @@ PARAMETERS: dict[str, ParameterSpec] = {
 
 
 class SimulatorNode(Node):
+    """The topic-driven simulator (see the module docstring)."""
     def __init__(self, **kwargs) -> None:
         super().__init__("rb_simulator", **kwargs)
         ros_params.declare(self, PARAMETERS)
@@ -360,6 +361,7 @@ class SimulatorNode(Node):
         self.state_pub.publish(msg)
 
 def main(args: list[str] | None = None) -> int:
+    """``rb_simulator``."""
     from .ros_runtime import run_node
 
     return run_node(SimulatorNode, args)

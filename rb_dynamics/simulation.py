@@ -183,6 +183,7 @@ def project_onto_constraints(dyn: Dynamics, q: np.ndarray, v: np.ndarray,
 
 @dataclass
 class SimulationStep:
+    """The state after one step, the acceleration at its start, the stops hit."""
     q: np.ndarray
     v: np.ndarray
     a: np.ndarray  # acceleration at the start of the step
