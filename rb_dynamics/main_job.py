@@ -110,138 +110,194 @@ def _stop(proc: subprocess.Popen, timeout: float = 5.0) -> str:
         return "killed"
 
 
-def run(urdf: Path, duration: float, mode: str, out_dir: Path, quiet: bool = False,
-        lockstep: bool = True) -> dict:
-    """Simulator and control node in closed loop over DDS for ``duration`` s; the report."""
-    import rclpy
-    from rclpy.executors import SingleThreadedExecutor
-    from rosgraph_msgs.msg import Clock
-    from sensor_msgs.msg import JointState
-    from std_msgs.msg import Float64MultiArray
-    from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+@dataclass
+class Plan:
+    """What the run drives: the joints, the start pose, each joint's swing, the limits."""
 
-    keep_local()  # loopback only, a random domain, spelled for the distribution in use
-    out_dir.mkdir(parents=True, exist_ok=True)
-    log_dir = Path(tempfile.mkdtemp(prefix="rb_dynamics_main_job_"))
-    os.environ.setdefault("ROS_LOG_DIR", str(log_dir / "ros"))
-    model = load_model(urdf)
-    joints = model.actuated_joint_names
-    q_index = [model.joint_q_index[model.joint_index(n)] for n in joints]
-    lower, upper = model.position_lower[q_index], model.position_upper[q_index]
-    q0 = _initial_configuration(model)[q_index]
-    v_index = [model.joint_v_index[model.joint_index(n)] for n in joints]
-    limits = model.effort_limit[v_index]
-    amp = reference_amplitude(q0, lower, upper, model.velocity_limit[v_index])
+    model: object
+    joints: list[str]
+    q0: np.ndarray
+    amp: np.ndarray
+    limits: np.ndarray
 
+    @classmethod
+    def of(cls, urdf: Path) -> Plan:
+        model = load_model(urdf)
+        joints = model.actuated_joint_names
+        q_index = [model.joint_q_index[model.joint_index(n)] for n in joints]
+        v_index = [model.joint_v_index[model.joint_index(n)] for n in joints]
+        q0 = _initial_configuration(model)[q_index]
+        amp = reference_amplitude(q0, model.position_lower[q_index],
+                                  model.position_upper[q_index], model.velocity_limit[v_index])
+        return cls(model, joints, q0, amp, model.effort_limit[v_index])
+
+
+def _start_nodes(urdf: Path, plan: Plan, mode: str, lockstep: bool,
+                 log_dir: Path) -> tuple[subprocess.Popen, subprocess.Popen]:
     sim = _spawn("rb_dynamics.sim_node", {
-        "urdf_path": str(urdf), "initial_positions": q0.tolist(), "publish_rate": 1000.0,
+        "urdf_path": str(urdf), "initial_positions": plan.q0.tolist(), "publish_rate": 1000.0,
         "time_step": 0.001, "integrator": "semi_implicit_euler", "publish_clock": True,
         "command_timeout": 0.2, "start_paused": True, "lockstep": lockstep}, [], log_dir)
     control = _spawn("rb_dynamics.node", {
         "urdf_path": str(urdf), "mode": mode, "kp": [KP], "kd": [KD],
         "friction_compensation": True, "state_timeout": 0.1, "use_sim_time": True},
         ["-r", f"~/effort_commands:=/{SIM}/commands"], log_dir)
-    rclpy.init()
-    node = rclpy.create_node("rb_dynamics_main_job")
-    executor = SingleThreadedExecutor()
-    executor.add_node(node)
-    rec = Recording()
-    last_state_time = [math.nan]  # wall clock, for the latency
-    last_stamp = [math.nan]  # sim time of the latest state
-    start_sim = [math.nan]  # sim time at which the reference starts
+    return sim, control
 
-    def on_state(msg: JointState) -> None:
+
+class Observer:
+    """The job's own rclpy node: records the arm, times commands, sends the reference."""
+
+    def __init__(self, plan: Plan) -> None:
+        import rclpy
+        from rclpy.executors import SingleThreadedExecutor
+        from rosgraph_msgs.msg import Clock
+        from sensor_msgs.msg import JointState
+        from std_msgs.msg import Float64MultiArray
+        from std_srvs.srv import SetBool
+        from trajectory_msgs.msg import JointTrajectory
+
+        self.plan, self.rec = plan, Recording()
+        self.last_state_time = math.nan  # wall clock, for the latency
+        self.last_stamp = math.nan  # sim time of the latest state
+        self.start_sim = math.nan  # sim time at which the reference starts
+        self.node = rclpy.create_node("rb_dynamics_main_job")
+        self.executor = SingleThreadedExecutor()
+        self.executor.add_node(self.node)
+        self.node.create_subscription(JointState, "joint_states", self._on_state, 100)
+        self.node.create_subscription(Float64MultiArray, f"/{SIM}/commands", self._on_command,
+                                      100)
+        self.node.create_subscription(Clock, "/clock", self._on_clock, 100)
+        self.trajectory_pub = self.node.create_publisher(JointTrajectory,
+                                                         f"/{CONTROL}/trajectory", 10)
+        self.pause = self.node.create_client(SetBool, f"/{SIM}/pause")
+
+    def _on_state(self, msg) -> None:
         by_name = dict(zip(msg.name, msg.position))
-        if not all(n in by_name for n in joints):
+        if not all(n in by_name for n in self.plan.joints):
             return
-        last_state_time[0] = time.monotonic()
-        last_stamp[0] = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
-        t = last_stamp[0] - start_sim[0]
+        self.last_state_time = time.monotonic()
+        self.last_stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+        t = self.last_stamp - self.start_sim
         if not t >= 0.0:  # NaN before the start
             return
+        rec, joints = self.rec, self.plan.joints
         rec.t.append(t)
         rec.q.append([by_name[n] for n in joints])
         effort = dict(zip(msg.name, msg.effort))
         rec.effort.append([effort.get(n, 0.0) for n in joints])
-        rec.q_desired.append(reference(t, q0, amp)[0].tolist())
+        rec.q_desired.append(reference(t, self.plan.q0, self.plan.amp)[0].tolist())
 
-    def on_command(_msg: Float64MultiArray) -> None:
-        if not math.isnan(start_sim[0]) and not math.isnan(last_state_time[0]):
-            rec.latency.append(time.monotonic() - last_state_time[0])
+    def _on_command(self, _msg) -> None:
+        if not math.isnan(self.start_sim) and not math.isnan(self.last_state_time):
+            self.rec.latency.append(time.monotonic() - self.last_state_time)
 
-    def on_clock(msg: Clock) -> None:
-        rec.clock.append((time.monotonic(), msg.clock.sec + msg.clock.nanosec * 1e-9))
+    def _on_clock(self, msg) -> None:
+        self.rec.clock.append((time.monotonic(), msg.clock.sec + msg.clock.nanosec * 1e-9))
 
-    node.create_subscription(JointState, "joint_states", on_state, 100)
-    node.create_subscription(Float64MultiArray, f"/{SIM}/commands", on_command, 100)
-    node.create_subscription(Clock, "/clock", on_clock, 100)
-    trajectory_pub = node.create_publisher(JointTrajectory, f"/{CONTROL}/trajectory", 10)
-    from std_srvs.srv import SetBool
+    def spin(self, seconds: float = 0.01) -> None:
+        self.executor.spin_once(timeout_sec=seconds)
 
-    pause = node.create_client(SetBool, f"/{SIM}/pause")
-    report: dict = {"robot": model.name, "urdf": str(urdf), "mode": mode, "duration_s": duration,
-                    "joints": joints, "lockstep": lockstep}
-    try:
-        deadline = time.monotonic() + 30.0
-        while not (pause.service_is_ready() and trajectory_pub.get_subscription_count() > 0
-                   and not math.isnan(last_state_time[0])):
-            executor.spin_once(timeout_sec=0.05)
-            for name, proc in (("simulator", sim), ("control node", control)):
+    def wait_until_up(self, processes: dict, log_dir: Path, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not (self.pause.service_is_ready() and
+                   self.trajectory_pub.get_subscription_count() > 0 and
+                   not math.isnan(self.last_state_time)):
+            self.spin(0.05)
+            for name, proc in processes.items():
                 if proc.poll() is not None:
                     raise RuntimeError(f"the {name} exited: see {log_dir}")
             if time.monotonic() > deadline:
-                raise RuntimeError(f"the nodes did not come up within 30 s: see {log_dir}")
-        # waypoints every 20 ms with exact derivatives: the node's quintic segments follow
-        # the cosines to ~1e-7 rad
-        times = np.arange(0.0, duration + 1e-9, 0.02)
-        q_ref, v_ref, a_ref = reference(times, q0, amp)
-        msg = JointTrajectory(joint_names=joints)
-        for t, q, v, a in zip(times, q_ref, v_ref, a_ref):
-            point = JointTrajectoryPoint(positions=q.tolist(), velocities=v.tolist(),
-                                         accelerations=a.tolist())
-            point.time_from_start.sec = int(t)
-            point.time_from_start.nanosec = int(round((t - int(t)) * 1e9))
-            msg.points.append(point)
-        # hold the start pose first so the controller is publishing before the motion starts
-        future = pause.call_async(SetBool.Request(data=False))
+                raise RuntimeError(f"the nodes did not come up within {timeout:.0f} s: see "
+                                   f"{log_dir}")
+
+    def hold_then_start(self, duration: float) -> None:
+        """Resume the simulator, let the controller hold the start pose for one simulated
+        second, then send the reference to start at a stated simulated instant (shared by the
+        controller and the recording)."""
+        from std_srvs.srv import SetBool
+
+        future = self.pause.call_async(SetBool.Request(data=False))
         while not future.done():
-            executor.spin_once(timeout_sec=0.05)
-        # one simulated second of holding the start pose: the controller settles the arm
-        settle_until, wall_limit = last_stamp[0] + 1.0, time.monotonic() + 20.0
-        while last_stamp[0] < settle_until and time.monotonic() < wall_limit:
-            executor.spin_once(timeout_sec=0.01)
-        # the reference starts at a stated simulated instant, shared by controller and recorder
-        start_sim[0] = last_stamp[0] + 0.05
-        msg.header.stamp.sec = int(start_sim[0])
-        msg.header.stamp.nanosec = int(round((start_sim[0] - int(start_sim[0])) * 1e9))
-        trajectory_pub.publish(msg)
-        start_wall = time.monotonic()
-        next_line = 0.0
-        while (elapsed := last_stamp[0] - start_sim[0]) < duration:
-            executor.spin_once(timeout_sec=0.01)
+            self.spin(0.05)
+        settle_until, wall_limit = self.last_stamp + 1.0, time.monotonic() + 20.0
+        while self.last_stamp < settle_until and time.monotonic() < wall_limit:
+            self.spin()
+        self.start_sim = self.last_stamp + 0.05
+        self.trajectory_pub.publish(_trajectory_message(self.plan, duration, self.start_sim))
+
+    def follow(self, duration: float, processes: dict, log_dir: Path, quiet: bool) -> None:
+        start_wall, next_line, rec = time.monotonic(), 0.0, self.rec
+        while (elapsed := self.last_stamp - self.start_sim) < duration:
+            self.spin()
             if not quiet and elapsed >= next_line:
-                err = (np.abs(np.array(rec.q[-1]) - rec.q_desired[-1]).max() if rec.q else 0.0)
-                print(f"\r  sim {max(elapsed, 0):5.1f}/{duration:.0f} s  states {len(rec.t):6d}  "
-                      f"commands {len(rec.latency):6d}  |error| {err:.2e} rad",
+                err = np.abs(np.array(rec.q[-1]) - rec.q_desired[-1]).max() if rec.q else 0.0
+                print(f"\r  sim {max(elapsed, 0):5.1f}/{duration:.0f} s  states {len(rec.t):6d}"
+                      f"  commands {len(rec.latency):6d}  |error| {err:.2e} rad",
                       end="", flush=True)
                 next_line += 0.5
-            if sim.poll() is not None or control.poll() is not None:
+            if any(proc.poll() is not None for proc in processes.values()):
                 raise RuntimeError(f"a node exited during the run: see {log_dir}")
             if time.monotonic() - start_wall > 5 * duration + 30:
                 raise RuntimeError(f"the simulation stalled: see {log_dir}")
         if not quiet:
             print()
+
+    def close(self) -> None:
+        self.executor.shutdown()
+        self.node.destroy_node()
+
+
+def _trajectory_message(plan: Plan, duration: float, start_sim: float):
+    """Waypoints every 20 ms with exact derivatives (the node's quintic segments follow the
+    cosines to ~1e-7 rad), stamped to start at ``start_sim``."""
+    from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+
+    times = np.arange(0.0, duration + 1e-9, 0.02)
+    q_ref, v_ref, a_ref = reference(times, plan.q0, plan.amp)
+    msg = JointTrajectory(joint_names=plan.joints)
+    for t, q, v, a in zip(times, q_ref, v_ref, a_ref):
+        point = JointTrajectoryPoint(positions=q.tolist(), velocities=v.tolist(),
+                                     accelerations=a.tolist())
+        point.time_from_start.sec, point.time_from_start.nanosec = divmod(round(t * 1e9),
+                                                                          1_000_000_000)
+        msg.points.append(point)
+    msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(round(start_sim * 1e9),
+                                                            1_000_000_000)
+    return msg
+
+
+def run(urdf: Path, duration: float, mode: str, out_dir: Path, quiet: bool = False,
+        lockstep: bool = True) -> dict:
+    """Simulator and control node in closed loop over DDS for ``duration`` s; the report."""
+    import rclpy
+
+    keep_local()  # loopback only, a random domain, spelled for the distribution in use
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log_dir = Path(tempfile.mkdtemp(prefix="rb_dynamics_main_job_"))
+    os.environ.setdefault("ROS_LOG_DIR", str(log_dir / "ros"))
+    plan = Plan.of(urdf)
+    sim, control = _start_nodes(urdf, plan, mode, lockstep, log_dir)
+    processes = {"simulator": sim, "control node": control}
+    rclpy.init()
+    observer = Observer(plan)
+    report: dict = {"robot": plan.model.name, "urdf": str(urdf), "mode": mode,
+                    "duration_s": duration, "joints": plan.joints, "lockstep": lockstep}
+    try:
+        observer.wait_until_up(processes, log_dir)
+        observer.hold_then_start(duration)
+        observer.follow(duration, processes, log_dir, quiet)
     finally:
-        report["shutdown"] = {"simulator": _stop(sim), "control node": _stop(control)}
-        executor.shutdown()
-        node.destroy_node()
+        report["shutdown"] = {name: _stop(proc) for name, proc in processes.items()}
+        observer.close()
         rclpy.shutdown()
-    report.update(_figures(rec, joints, limits))
-    baseline = pd_gravity_baseline(model, joints, q0, amp, duration)
+    rec, joints = observer.rec, plan.joints
+    report.update(_figures(rec, joints, plan.limits))
+    baseline = pd_gravity_baseline(plan.model, joints, plan.q0, plan.amp, duration)
     report["pd_gravity_rms_error_rad"] = dict(zip(joints, np.sqrt(
         (baseline.error ** 2).mean(axis=0)).tolist()))
     report["log_dir"] = str(log_dir)
-    report["plot"] = str(_plot(rec, joints, limits, baseline, out_dir / "main_job.png"))
+    report["plot"] = str(_plot(rec, joints, plan.limits, baseline, out_dir / "main_job.png"))
     (out_dir / "main_job_report.json").write_text(json.dumps(report, indent=2))
     return report
 
