@@ -525,89 +525,75 @@ class _TreeBuilder:
                              joint.child, joint.name, joint)
         return self._attach_link(joint.child, new, X_child_from_body)
 
-    def finish(self, name, gravity, root_link, floating_base, joints) -> Model:
-        nb = len(self.parent)
-        body_q_index, body_v_index = [-1] * nb, [-1] * nb
-        body_mimic: list[tuple[int, int, float, float] | None] = [None] * nb
-        joint_names, joint_kinds, joint_q_index, joint_v_index = [], [], [], []
-        lower, upper, vel, eff, damp, fric = [], [], [], [], [], []
-        continuous, warnings = [], []
+    def _coordinates(self) -> dict:
+        """The independent joints in body order: where their coordinates sit in q and v, and
+        their URDF limits and losses (one entry per coordinate)."""
+        out: dict = {key: [] for key in ("names", "kinds", "q_index", "v_index", "lower", "upper",
+                                         "velocity", "effort", "damping", "friction",
+                                         "continuous", "warnings")}
+        self.body_q_index, self.body_v_index = [-1] * len(self.parent), [-1] * len(self.parent)
         nq = nv = 0
-        for i in range(nb):
-            jname, urdf_joint = self.body_joint_names[i], self.urdf_joint[i]
-            if jname in self.mimics:
+        for i, (name, urdf) in enumerate(zip(self.body_joint_names, self.urdf_joint)):
+            if name in self.mimics:
                 continue
             jm = self.joint[i]
-            body_q_index[i], body_v_index[i] = nq, nv
-            joint_names.append(jname)
-            joint_kinds.append(jm.kind)
-            joint_q_index.append(nq)
-            joint_v_index.append(nv)
+            self.body_q_index[i], self.body_v_index[i] = nq, nv
+            for key, value in (("names", name), ("kinds", jm.kind), ("q_index", nq),
+                               ("v_index", nv)):
+                out[key].append(value)
             if jm.nv == 1:
-                lower.append(urdf_joint.lower)
-                upper.append(urdf_joint.upper)
-                vel.append(urdf_joint.velocity)
-                eff.append(urdf_joint.effort)
-                damp.append(urdf_joint.damping)
-                fric.append(urdf_joint.friction)
-                if urdf_joint.urdf_type == "continuous":
-                    continuous.append(jname)
-                if math.isinf(urdf_joint.effort):
-                    warnings.append(
-                        f"joint {jname!r} has no effort limit: commands are not clamped"
-                    )
-            else:
-                lower += [-math.inf] * jm.nq
-                upper += [math.inf] * jm.nq
-                vel += [math.inf] * jm.nv
-                eff += [math.inf] * jm.nv
-                damp += [0.0 if urdf_joint is None else urdf_joint.damping] * jm.nv
-                fric += [0.0 if urdf_joint is None else urdf_joint.friction] * jm.nv
-            nq += jm.nq
-            nv += jm.nv
-        for i in range(nb):
-            jname = self.body_joint_names[i]
-            if jname in self.mimics:
-                leader, mult, off = self.mimics[jname]
-                lb = self.body_joint_names.index(leader)
-                body_mimic[i] = (body_q_index[lb], body_v_index[lb], mult, off)
+                for key in ("lower", "upper", "velocity", "effort", "damping", "friction"):
+                    out[key].append(getattr(urdf, key))
+                if urdf.urdf_type == "continuous":
+                    out["continuous"].append(name)
+                if math.isinf(urdf.effort):
+                    out["warnings"].append(f"joint {name!r} has no effort limit: commands are "
+                                           "not clamped")
+            else:  # a free-flyer or planar joint: no limits; losses as the URDF says
+                out["lower"] += [-math.inf] * jm.nq
+                out["upper"] += [math.inf] * jm.nq
+                out["velocity"] += [math.inf] * jm.nv
+                out["effort"] += [math.inf] * jm.nv
+                out["damping"] += [0.0 if urdf is None else urdf.damping] * jm.nv
+                out["friction"] += [0.0 if urdf is None else urdf.friction] * jm.nv
+            nq, nv = nq + jm.nq, nv + jm.nv
+        out["nq"], out["nv"] = nq, nv
+        return out
+
+    def _body_mimics(self) -> list[tuple[int, int, float, float] | None]:
+        """Per body: (leader q index, leader v index, multiplier, offset) of a mimic joint."""
+        out: list[tuple[int, int, float, float] | None] = []
+        for name in self.body_joint_names:
+            if name not in self.mimics:
+                out.append(None)
+                continue
+            leader, multiplier, offset = self.mimics[name]
+            lb = self.body_joint_names.index(leader)
+            out.append((self.body_q_index[lb], self.body_v_index[lb], multiplier, offset))
+        return out
+
+    def finish(self, name, gravity, root_link, floating_base, joints) -> Model:
+        c = self._coordinates()
         massless = self._massless_joints()
         if massless:
-            warnings.append(f"joints {sorted(massless)} move links without mass or inertia: "
-                            "forward dynamics is undefined (inverse dynamics works)")
+            c["warnings"].append(f"joints {sorted(massless)} move links without mass or "
+                                 "inertia: forward dynamics is undefined (inverse dynamics works)")
         return Model(
-            name=name,
-            gravity=gravity,
-            parent=self.parent,
-            joint=self.joint,
-            X_tree=self.X_tree,
-            inertia=self.inertia,
-            S=[motion_subspace(j) for j in self.joint],
-            body_names=self.body_names,
-            body_joint_names=self.body_joint_names,
-            body_q_index=body_q_index,
-            body_v_index=body_v_index,
-            body_mimic=body_mimic,
-            nq=nq,
-            nv=nv,
-            joint_names=joint_names,
-            joint_kinds=joint_kinds,
-            joint_q_index=joint_q_index,
-            joint_v_index=joint_v_index,
-            position_lower=np.array(lower, dtype=float),
-            position_upper=np.array(upper, dtype=float),
-            velocity_limit=np.array(vel, dtype=float),
-            effort_limit=np.array(eff, dtype=float),
-            damping=np.array(damp, dtype=float),
-            friction=np.array(fric, dtype=float),
-            frames=self.frames,
-            mimic_joints=dict(self.mimics),
-            root_link=root_link,
-            floating_base=floating_base,
-            continuous_joints=continuous,
-            warnings=warnings,
-            massless_joints=massless,
-        )
+            name=name, gravity=gravity, parent=self.parent, joint=self.joint,
+            X_tree=self.X_tree, inertia=self.inertia, S=[motion_subspace(j) for j in self.joint],
+            body_names=self.body_names, body_joint_names=self.body_joint_names,
+            body_q_index=self.body_q_index, body_v_index=self.body_v_index,
+            body_mimic=self._body_mimics(), nq=c["nq"], nv=c["nv"], joint_names=c["names"],
+            joint_kinds=c["kinds"], joint_q_index=c["q_index"], joint_v_index=c["v_index"],
+            position_lower=np.array(c["lower"], dtype=float),
+            position_upper=np.array(c["upper"], dtype=float),
+            velocity_limit=np.array(c["velocity"], dtype=float),
+            effort_limit=np.array(c["effort"], dtype=float),
+            damping=np.array(c["damping"], dtype=float),
+            friction=np.array(c["friction"], dtype=float),
+            frames=self.frames, mimic_joints=dict(self.mimics), root_link=root_link,
+            floating_base=floating_base, continuous_joints=c["continuous"],
+            warnings=c["warnings"], massless_joints=massless)
 
     def _massless_joints(self) -> dict[str, list[str]]:
         """The topmost independent joints whose bodies' subtrees have no inertia at all.
