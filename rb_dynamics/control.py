@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .backend import Dynamics, make_dynamics
+from .checks import finite_array
 from .model import Model
 
 __all__ = [
@@ -161,14 +162,9 @@ class TrajectoryPoint:
 
 
 def _check_values(values, n: int, field: str, k: int) -> np.ndarray:
-    try:
-        arr = np.asarray(values, dtype=float).reshape(-1)
-    except (TypeError, ValueError):
-        raise TrajectoryError(f"point {k}: {field} is not an array of numbers") from None
+    arr = finite_array(values, f"point {k}: {field}", error=TrajectoryError).reshape(-1)
     if arr.size != n:
         raise TrajectoryError(f"point {k}: {field} has {arr.size} values, expected {n}")
-    if not np.all(np.isfinite(arr)):
-        raise TrajectoryError(f"point {k}: {field} contains NaN or inf")
     return arr
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from .checks import finite_array
 from .control import MAX_TRAJECTORY_POINTS, TrajectoryPoint
 from .model import Model
 
@@ -34,14 +35,7 @@ class ConversionError(ValueError):
 
 
 def _as_finite(values: Sequence[float], field: str) -> np.ndarray:
-    try:
-        arr = np.asarray(values, dtype=float).reshape(-1)
-    except (TypeError, ValueError):
-        raise ConversionError(f"{field}: not an array of numbers") from None
-    if not np.all(np.isfinite(arr)):
-        bad = int(np.flatnonzero(~np.isfinite(arr))[0])
-        raise ConversionError(f"{field}[{bad}] is {arr[bad]} (NaN or inf)")
-    return arr
+    return finite_array(values, field, error=ConversionError).reshape(-1)
 
 
 def seconds(stamp: Any) -> float:
@@ -102,14 +96,7 @@ class JointLayout:
                 if self.multi else ""
             raise ConversionError(f"{field} has {len(values)} values; {self.field} "
                                   f"{self.names} needs {size}{blocks}")
-        try:
-            arr = np.asarray(values, dtype=float).reshape(-1)
-        except (TypeError, ValueError):
-            raise ConversionError(f"{field}: not an array of numbers") from None
-        if not np.all(np.isfinite(arr)):
-            bad = int(np.flatnonzero(~np.isfinite(arr))[0])
-            raise ConversionError(f"{field}[{bad}] is {arr[bad]} (NaN or inf)")
-        return arr
+        return _as_finite(values, field)
 
     def positions(self, values: Sequence[float], field: str = "positions") -> np.ndarray:
         """The model's q; free-flyer quaternions normalised (zero norm: an error)."""

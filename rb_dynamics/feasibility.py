@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import dynamics
+from .checks import finite_array
 from .control import _segment
 from .model import Model
 from .payload import Payload, PayloadEffort
@@ -121,17 +122,7 @@ def _check_model(model: Model) -> None:
 
 
 def _array(x, shape: tuple[int, ...], name: str) -> np.ndarray:
-    try:
-        arr = np.asarray(x, dtype=float)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be an array of numbers") from None
-    if arr.shape != shape:
-        raise ValueError(f"{name} must have shape {shape}, got {arr.shape}")
-    bad = ~np.isfinite(arr)
-    if bad.any():
-        point = int(np.argwhere(bad)[0][0])
-        raise ValueError(f"{name}: point {point} contains NaN or inf")
-    return arr
+    return finite_array(x, name, shape)
 
 
 def _trajectory(model: Model, times, positions, velocities, accelerations):

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import dynamics
+from .checks import finite_array
 from .model import MAX_MAGNITUDE, Model
 from .spatial import crf, crm, mcI, skew, transform_parts
 
@@ -79,14 +80,7 @@ DEFAULT_NOISE_FLOOR = 1e-3  # N·m: no joint effort is known better than this
 
 
 def _finite_array(values, shape: tuple[int, ...], name: str) -> np.ndarray:
-    try:
-        arr = np.array(values, dtype=float)
-    except (TypeError, ValueError):
-        raise ValueError(f"payload {name} must be numbers, got {values!r}") from None
-    if arr.shape != shape:
-        raise ValueError(f"payload {name} must have shape {shape}, got {arr.shape}")
-    if not np.all(np.isfinite(arr)):
-        raise ValueError(f"payload {name} contains NaN or inf")
+    arr = finite_array(values, f"payload {name}", shape)
     if np.any(np.abs(arr) > MAX_MAGNITUDE):
         raise ValueError(f"payload {name} is implausibly large (limit {MAX_MAGNITUDE:g})")
     arr.flags.writeable = False
