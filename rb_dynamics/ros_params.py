@@ -121,7 +121,7 @@ def qos_with_overrides(node: Node, topic: str, qos: QoSProfile) -> QoSProfile:
     qos_overriding_options=QoSOverridingOptions.with_default_policies())`` declares them. For a
     subscription made by another node, e.g. one created with ``use_global_arguments=False``
     that sees no parameter overrides. A bad value raises (the node does not start)."""
-    # rclpy's own helper (what create_subscription calls, Galactic to Kilted)
+    # rclpy's own helper: what create_subscription calls with qos_overriding_options
     _declare_qos_parameters(Subscription, node, node.resolve_topic_name(topic), qos,
                             QoSOverridingOptions.with_default_policies())
     return qos
