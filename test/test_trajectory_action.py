@@ -205,8 +205,12 @@ class Recorder:
             node.create_subscription(JointTrajectoryControllerState,
                                      "/rb_dynamics/controller_state",
                                      self.controller_states.append, self.DEPTH)]
-        # matched before anything is sent
-        rig.peer.wait_for(lambda: all(s.get_publisher_count() for s in self.subscriptions), 5.0)
+        # every writer knows these readers once a message of each topic came (discovery is
+        # per endpoint: a reader can see its writer before the writer sees it); then start
+        assert rig.peer.wait_for(
+            lambda: self.states and self.commands and self.controller_states, 10.0)
+        for taken in (self.states, self.commands, self.controller_states):
+            taken.clear()
 
     def __enter__(self) -> Recorder:
         return self
