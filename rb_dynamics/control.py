@@ -331,6 +331,9 @@ class JointController:
         self.state_time = -math.inf
         self.trajectory: TrajectorySampler | None = None
         self.hold_position: np.ndarray | None = None
+        # (q_d, q̇_d, q̈_d) the last effort was computed for (None in gravity compensation):
+        # what a monitor of the loop (the trajectory action) compares the state with
+        self.last_reference: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self.healthy = True  # the last effort was finite (else the reference is not trusted)
 
     # -- settings ------------------------------------------------------------------
@@ -485,6 +488,7 @@ class JointController:
             reference = ()
         else:
             reference = self.reference(reference_time)
+        self.last_reference = reference or None
         self.healthy = False
         with np.errstate(all="ignore"):  # overflow is refused below, with its cause
             try:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import numpy as np
 from rclpy.node import Node
@@ -25,7 +26,7 @@ from rclpy.qos import QoSProfile
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, MultiArrayDimension
 
-from .control import ControllerError, JointController
+from .control import ControllerError, ControlOutput, JointController
 from .diagnostics import Statistics, Totals
 from .ros_runtime import SpinThread, Warnings, take_queued
 
@@ -48,6 +49,9 @@ class ControlLoop:
         self._last_publish = -np.inf
         self._command = Float64MultiArray()  # reused: the control path allocates little
         self.hold_reported = False
+        # called after each published command, on this thread under ``lock``, with the instant
+        # the reference was sampled at: it must take microseconds (the trajectory action)
+        self.monitor: Callable[[float, JointController, ControlOutput], None] | None = None
         companion = Node(f"{node.get_name()}_control_loop", namespace=node.get_namespace(),
                          context=node.context, use_global_arguments=False,
                          start_parameter_services=False, enable_rosout=False)
@@ -107,15 +111,18 @@ class ControlLoop:
             return
         started = time.perf_counter()
         stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+        # the reference is sampled at the instant the state describes, when it is stamped
+        reference_time = stamp if stamp > 0.0 else now
         try:
-            # the reference is sampled at the instant the state describes, when it is stamped
-            out = controller.compute(now, stamp if stamp > 0.0 else now)
+            out = controller.compute(now, reference_time)
         except ControllerError as exc:
             self.problem(str(exc), "compute")
             return
         self._publish(out.effort)
         elapsed = time.perf_counter() - started
         self._account(now, elapsed, stamp)
+        if self.monitor is not None:
+            self.monitor(reference_time, controller, out)
         if out.clamped:
             self.stats.clamped.update(out.clamped)
             self.problem(f"effort clamped to the limit on {out.clamped}", "clamp")

@@ -12,9 +12,15 @@ Topics
     ~/trajectory (sub, trajectory_msgs/JointTrajectory)  reference for computed torque
     ~/effort_commands (pub, std_msgs/Float64MultiArray)  efforts ordered by ``joints``;
                                                     remap to <effort controller>/commands
+    ~/controller_state (pub, control_msgs/JointTrajectoryControllerState)
     /diagnostics (pub, diagnostic_msgs/DiagnosticArray)  about once a second
 Services (rb_dynamics_interfaces): ~/inverse_dynamics, ~/forward_dynamics, ~/dynamics_terms,
-~/simulate — see rb_dynamics/services.py.
+~/simulate — see rb_dynamics/services.py. Action: ~/follow_joint_trajectory
+(control_msgs/FollowJointTrajectory) — see rb_dynamics/trajectory_action.py.
+
+A managed (lifecycle) node: with ``autostart`` (the default) it configures and activates itself
+at start; only an active node publishes efforts and takes trajectories and goals. The model,
+the services and the joint-state bookkeeping work in every state.
 
 A description is loaded (and its controller built) off the executor thread: parsing a big
 URDF never stalls the services, and the control loop goes on with the old model until the new
@@ -24,12 +30,13 @@ one is swapped in whole. Every parameter is listed, with its default, in
 
 from __future__ import annotations
 
+import copy
 import sys
 from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rcl_interfaces.msg import SetParametersResult
-from rclpy.node import Node
+from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from rclpy.serialization import deserialize_message
@@ -51,9 +58,10 @@ from .conversions import ConversionError, seconds, trajectory_points
 from .diagnostics import controller_level, period_values, status
 from .model import Model, load_model
 from .model_source import MODEL_SOURCE_PARAMETERS, LatestOnly, ModelSource
-from .ros_params import ParameterSpec
+from .ros_params import ParameterSpec, qos_with_overrides
 from .ros_runtime import Warnings
 from .services import DynamicsServices
+from .trajectory_action import TrajectoryAction
 
 NODE_NAME = "rb_dynamics"
 KERNEL_CHOICES = ("auto", "reference")
@@ -68,8 +76,12 @@ PARAMETERS: dict[str, ParameterSpec] = {
         "string[]", [], "joints of ~/effort_commands, in order ([] = the URDF's actuated joints)",
         read_only=True),
     "joint_states_qos": ParameterSpec(
-        "string", "reliable", "QoS of the joint_states subscription: best_effort for drivers "
-        "that publish with sensor-data QoS", read_only=True, choices=("reliable", "best_effort")),
+        "string", "reliable", "deprecated: set qos_overrides./joint_states.subscription."
+        "reliability instead (best_effort here still selects sensor-data QoS)", read_only=True,
+        choices=("reliable", "best_effort")),
+    "autostart": ParameterSpec(
+        "bool", True, "configure and activate at start (lifecycle); false: wait unconfigured "
+        "for `ros2 lifecycle set`", read_only=True),
     "dynamics_kernels": ParameterSpec(
         "string", "auto", "auto: generated kernels once built (the reference meanwhile); "
         "reference: the readable algorithms only", read_only=True, choices=KERNEL_CHOICES),
@@ -92,7 +104,7 @@ PARAMETERS: dict[str, ParameterSpec] = {
 }
 
 
-class DynamicsNode(Node):
+class DynamicsNode(LifecycleNode):
     """The control node: composes the parts listed in the module docstring."""
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(NODE_NAME, **kwargs)
@@ -109,6 +121,10 @@ class DynamicsNode(Node):
         self.warn = Warnings(self.get_logger())
         self.loop = ControlLoop(self, self._joint_states_qos(settings["joint_states_qos"]),
                                 self.warn)
+        self.loop.publishing = False  # until activated
+        self.lifecycle_state = "unconfigured"
+        self.trajectory_action = TrajectoryAction(self, self.loop,
+                                                  lambda: self.lifecycle_state == "active")
         self._set_publish_rate(settings["max_publish_rate"])
         self.diagnostics_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         # taken as bytes: an oversized message is refused before rclpy turns it into objects
@@ -124,9 +140,13 @@ class DynamicsNode(Node):
         self._running = False
         ModelSource(self, self._load, follow_topic=True, use_bundled=False)
         self._running = True
+        if settings["autostart"]:
+            self.trigger_configure()
+            self.trigger_activate()
 
     def destroy_node(self) -> None:
         self._loader.stop()
+        self.trajectory_action.destroy()
         self.loop.stop()
         super().destroy_node()
 
@@ -152,12 +172,17 @@ class DynamicsNode(Node):
             raise ValueError(f"the declared constraints do not fit {model.name!r}: {built}")
         return built
 
-    @staticmethod
-    def _joint_states_qos(choice: str) -> QoSProfile:
+    def _joint_states_qos(self, choice: str) -> QoSProfile:
+        """The subscription's QoS: qos_overrides./joint_states.subscription.* (history, depth,
+        reliability) over the default, declared here: the companion node takes no parameters."""
         if choice == "best_effort":
-            return qos_profile_sensor_data
-        # a deep queue rides out a scheduling hiccup at 1 kHz without dropping states
-        return QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
+            self.get_logger().warning(
+                "joint_states_qos is deprecated: set qos_overrides."
+                f"{self.resolve_topic_name('joint_states')}.subscription.reliability instead")
+            qos = copy.copy(qos_profile_sensor_data)  # the overrides change it in place
+        else:  # a deep queue rides out a scheduling hiccup at 1 kHz without dropping states
+            qos = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
+        return qos_with_overrides(self, "joint_states", qos)
 
     def _build_controller(self, model: Model, dynamics: LiveDynamics,
                           changes: dict[str, Any]) -> JointController | None:
@@ -194,6 +219,7 @@ class DynamicsNode(Node):
             self.loop.controller = controller
             self.loop.hold_reported = False
         self.refused, self._retry = "", None
+        self.trajectory_action.controller_installed(controller)
         self._report_install(model, controller, origin)
 
     def _report_install(self, model: Model, controller: JointController | None,
@@ -217,6 +243,56 @@ class DynamicsNode(Node):
 
     def _on_kernels(self, kind: str) -> None:
         self.get_logger().info(f"dynamics kernels: {kind}")
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _transition(self, label: str, publishing: bool | None, text: str,
+                    extra: Any = None) -> TransitionCallbackReturn:
+        """One transition: the state reached, whether efforts are published, what is said.
+        (rclpy turns an exception here into a silent ERROR: say it instead.)"""
+        try:
+            if extra is not None:
+                extra()
+            if publishing is not None:
+                with self.loop.lock:
+                    self.loop.publishing = publishing
+                    controller = self.loop.controller
+                    if publishing and controller is not None:
+                        # as ros2_controllers on activation: start by holding where the arm is
+                        controller.trajectory, controller.hold_position = None, None
+                        self.loop.hold_reported = False
+            self.lifecycle_state = label
+            self.get_logger().info(text)
+            return TransitionCallbackReturn.SUCCESS
+        except Exception as exc:  # noqa: BLE001
+            self.get_logger().error(f"lifecycle transition to {label} failed: {exc!r}")
+            return TransitionCallbackReturn.ERROR
+
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        return self._transition("inactive", False, "configured (inactive): publishing no "
+                                "efforts until activated")
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        return self._transition("active", True, "active: publishing efforts on "
+                                f"{self.resolve_topic_name('~/effort_commands')}")
+
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        return self._transition(
+            "inactive", False, "deactivated (inactive): publishing no efforts",
+            lambda: self.trajectory_action.abort_active(
+                "Current goal cancelled during deactivate transition."))
+
+    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        return self._transition("unconfigured", False, "cleaned up (unconfigured)")
+
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        return self._transition(
+            "finalized", False, "shut down (finalized): publishing no efforts",
+            lambda: self.trajectory_action.abort_active("the node is shutting down"))
+
+    def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
+        return self._transition("unconfigured", False, "error: publishing no efforts")
+
 
     # ------------------------------------------------------------------ parameters
 
@@ -267,6 +343,10 @@ class DynamicsNode(Node):
 
     def _on_trajectory(self, msg: JointTrajectory) -> None:
         controller = self.loop.controller
+        if self.lifecycle_state != "active":
+            self.loop.problem(f"trajectory ignored: the node is {self.lifecycle_state}",
+                              "trajectory")
+            return
         if controller is None:
             why = "no model loaded yet" if self.model is None else "nothing to command"
             self.loop.problem(f"trajectory ignored: {why}", "trajectory")
@@ -309,8 +389,12 @@ class DynamicsNode(Node):
         else:
             age = controller.state_age(self.loop._now())
             values.update({"model": self.model.name, "mode": controller.mode,
+                           "lifecycle state": self.lifecycle_state,
                            **period_values(stats, self.loop.totals, ages, age)})
             level, message = controller_level(stats, age, controller.max_state_age)
+            if self.lifecycle_state != "active":
+                level, message = DiagnosticStatus.OK, (f"{self.lifecycle_state}: publishing no "
+                                                       "efforts")
             if level == DiagnosticStatus.ERROR and not self._stale_reported:
                 self.get_logger().error(message)
             self._stale_reported = level == DiagnosticStatus.ERROR

@@ -25,8 +25,11 @@ from rcl_interfaces.msg import (
 )
 from rclpy.node import Node
 from rclpy.parameter import Parameter
+from rclpy.qos import QoSProfile
+from rclpy.qos_overriding_options import QoSOverridingOptions, _declare_qos_parameters
+from rclpy.subscription import Subscription
 
-__all__ = ["ParameterSpec", "check", "declare", "read"]
+__all__ = ["ParameterSpec", "check", "declare", "qos_with_overrides", "read"]
 
 _TYPES = {
     "bool": (ParameterType.PARAMETER_BOOL, bool),
@@ -109,3 +112,16 @@ def read(node: Node, specs: Mapping[str, ParameterSpec]) -> dict[str, Any]:
     """The checked values of ``specs`` (ValueError naming the first that is wrong)."""
     return {name: check(name, spec, node.get_parameter(name).value)
             for name, spec in specs.items()}
+
+
+def qos_with_overrides(node: Node, topic: str, qos: QoSProfile) -> QoSProfile:
+    """``qos`` with the standard overrides of a subscription to ``topic`` applied:
+    ``qos_overrides.<resolved topic>.subscription.{history,depth,reliability}``, declared on
+    ``node`` (read-only, defaults from ``qos``) exactly as ``create_subscription(...,
+    qos_overriding_options=QoSOverridingOptions.with_default_policies())`` declares them. For a
+    subscription made by another node, e.g. one created with ``use_global_arguments=False``
+    that sees no parameter overrides. A bad value raises (the node does not start)."""
+    # rclpy's own helper: what create_subscription calls with qos_overriding_options
+    _declare_qos_parameters(Subscription, node, node.resolve_topic_name(topic), qos,
+                            QoSOverridingOptions.with_default_policies())
+    return qos

@@ -1,8 +1,12 @@
 """The control node's options across processes: where the model comes from, best-effort joint
-states, friction compensation and the publish-rate limit."""
+states (the standard QoS override and the deprecated alias), friction compensation, the
+publish-rate limit, and running without control_msgs."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -11,6 +15,7 @@ import pinocchio as pin
 import pytest
 from diagnostic_msgs.msg import DiagnosticArray
 from pin_oracle import REAL_ROBOTS, rel_err, robots_dir
+from rcl_interfaces.srv import GetParameters
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from ros_harness import NodeProcess, Peer, answer_after, write_params
 from sensor_msgs.msg import JointState
@@ -103,14 +108,30 @@ def test_the_robot_description_parameter_wins_over_urdf_path(tmp_path):
         _stop(node, talk)
 
 
-def test_best_effort_joint_states_with_friction_compensation(tmp_path):
-    """A driver publishing sensor-data QoS (best effort) is heard with joint_states_qos
-    best_effort; τ = g(q) + damping·q̇ + friction·tanh(q̇/0.1) with the URDF's <dynamics>."""
+BEST_EFFORT = {  # the standard override (docs/trajectory_controller.md), the deprecated alias
+    "qos_overrides": {"qos_overrides": {"/joint_states": {"subscription": {
+        "reliability": "best_effort"}}}},
+    "joint_states_qos": {"joint_states_qos": "best_effort"},
+}
+
+
+@pytest.mark.parametrize("qos", list(BEST_EFFORT))
+def test_best_effort_joint_states_with_friction_compensation(tmp_path, qos):
+    """A driver publishing sensor-data QoS (best effort) is heard with
+    qos_overrides./joint_states.subscription.reliability best_effort (or the deprecated
+    joint_states_qos); τ = g(q) + damping·q̇ + friction·tanh(q̇/0.1) with the URDF's
+    <dynamics>."""
     node = NodeProcess("rb_dynamics.node", write_params(tmp_path, "rb_dynamics", {
-        "urdf_path": str(DEFAULT_URDF), "joint_states_qos": "best_effort",
+        "urdf_path": str(DEFAULT_URDF), **BEST_EFFORT[qos],
         "friction_compensation": True, "state_timeout": 1.0}))
     talk = Talk(qos_profile_sensor_data)
     try:
+        client = talk.peer.node.create_client(GetParameters, "rb_dynamics/get_parameters")
+        answer = talk.peer.call(client, GetParameters.Request(
+            names=["qos_overrides./joint_states.subscription.reliability"]), timeout=20)
+        assert answer.values[0].string_value == "best_effort"
+        deprecated = "joint_states_qos is deprecated" in node.output()
+        assert deprecated == (qos == "joint_states_qos"), node.output()
         model = load_model(DEFAULT_URDF)
         joints = model.actuated_joint_names
         pm = pin.buildModelFromUrdf(str(DEFAULT_URDF))
@@ -192,5 +213,38 @@ def test_namespace_node_name_and_remappings_reach_the_control_loop():
         assert rel_err(tau, _gravity(UR5, q, joints)) <= 1e-9
         names = set(talk.peer.node.get_node_names_and_namespaces())
         assert {("arm", "/robot1"), ("arm_control_loop", "/robot1")} <= names, names
+    finally:
+        _stop(node, talk)
+
+
+class WithoutControlMsgs(NodeProcess):
+    """The control node in a process where control_msgs cannot be imported (a machine without
+    the ROS tools)."""
+
+    CODE = ("import sys; sys.modules['control_msgs'] = None; "
+            "from rb_dynamics.node import main; sys.exit(main())")
+
+    def __init__(self, *extra: str):
+        self.log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - the child's stdout
+            prefix="rb_dynamics_no_control_msgs_", suffix=".log", delete=False)
+        self.proc = subprocess.Popen([sys.executable, "-c", self.CODE, "--ros-args", *extra],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+
+
+def test_without_control_msgs_the_node_runs_and_says_why():
+    from rclpy.action import get_action_names_and_types
+
+    node = WithoutControlMsgs("-p", f"urdf_path:={DEFAULT_URDF}", "-p", "state_timeout:=1.0")
+    talk = Talk()
+    try:
+        joints = load_model(DEFAULT_URDF).actuated_joint_names
+        q = np.array([0.2, -0.8, 1.0, -0.3, 0.5, 0.1])
+        tau = talk.answer(joints, q)
+        assert tau is not None, node.output()
+        assert rel_err(tau, _gravity(DEFAULT_URDF, q, joints)) <= 1e-9
+        assert node.output().count("control_msgs is not installed") == 1, node.output()
+        assert "no ~/follow_joint_trajectory action" in node.output()
+        actions = dict(get_action_names_and_types(talk.peer.node))
+        assert "/rb_dynamics/follow_joint_trajectory" not in actions, actions
     finally:
         _stop(node, talk)

@@ -1,0 +1,218 @@
+# SPDX-License-Identifier: Apache-2.0
+"""docs/trajectory_controller.md as a user runs it: its ``ros2 lifecycle``, ``ros2 param set``
+and ``ros2 action send_goal`` commands, taken from the document and run with the real ros2 CLI
+against the real nodes; and what the lifecycle does to efforts and goals.
+
+Skipped, with the reason, only where the ros2 CLI or control_msgs is not installed (see
+test/ros_tools.py and rb_dynamics/trajectory_action.py); CI has both.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import numpy as np
+import pytest
+import ros_tools
+from diagnostic_msgs.msg import DiagnosticArray
+from ros_harness import NodeProcess, Peer, write_params
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray
+
+from rb_dynamics import DEFAULT_URDF
+from rb_dynamics.model import load_model
+from rb_dynamics.trajectory_action import MISSING
+
+pytestmark = [
+    pytest.mark.skipif(ros_tools.MISSING is not None, reason=str(ros_tools.MISSING)),
+    pytest.mark.skipif(MISSING is not None, reason=str(MISSING)),
+]
+if MISSING is None:
+    from control_msgs.action import FollowJointTrajectory
+    from rclpy.action import ActionClient
+    from trajectory_msgs.msg import JointTrajectoryPoint
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "trajectory_controller.md"
+JOINTS = load_model(DEFAULT_URDF).actuated_joint_names
+# flags the examples leave out: no ros2 daemon in tests, and time to discover a starting node
+LIFECYCLE_FLAGS = " --no-daemon --spin-time 5"
+PARAM_FLAGS = " --no-daemon --timeout 30"
+
+
+def doc_commands(prefix: str) -> list[str]:
+    """The commands of the document's bash blocks that start with ``prefix``, whole (a command
+    goes on over lines ending in a backslash or inside an open quote)."""
+    commands, current, in_block = [], None, False
+    for line in DOC.read_text().splitlines():
+        if line.startswith("```"):
+            in_block = line.strip() == "```bash"
+            continue
+        if not in_block:
+            continue
+        if current is None:
+            if not line.startswith("ros2 "):
+                continue
+            current = line
+        else:
+            current += "\n" + line
+        if current.count('"') % 2 == 0 and not current.endswith("\\"):
+            commands.append(current)
+            current = None
+    found = [c for c in commands if c.startswith(prefix)]
+    assert found, f"no `{prefix}` example in {DOC}"
+    return found
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_daemon_left():
+    yield
+    ros_tools.stop_daemon()
+
+
+def _shell(command: str, timeout: float = 60.0) -> ros_tools.Result:
+    return ros_tools.run(["bash", "-c", command], timeout=timeout)
+
+
+class Driver:
+    """The test plays the arm's driver: the same joint state at 100 Hz; it collects the
+    commands and the diagnostics, and has an ActionClient."""
+
+    def __init__(self) -> None:
+        self.peer = Peer("driver")
+        node = self.peer.node
+        self.commands: list[Float64MultiArray] = []
+        self.diagnostics: list[str] = []
+        node.create_subscription(Float64MultiArray, "rb_dynamics/effort_commands",
+                                 self.commands.append, 100)
+        node.create_subscription(DiagnosticArray, "/diagnostics", lambda m: self.diagnostics
+                                 .extend(s.message for s in m.status), 10)
+        states = node.create_publisher(JointState, "joint_states", 10)
+        self.q = np.array([0.2, -0.8, 1.0, -0.3, 0.5, 0.1])
+        node.create_timer(0.01, lambda: states.publish(JointState(
+            name=JOINTS, position=self.q.tolist(), velocity=[0.0] * 6)))
+        self.client = ActionClient(node, FollowJointTrajectory,
+                                   "/rb_dynamics/follow_joint_trajectory")
+
+    def commanding(self, seconds: float = 0.5) -> bool:
+        """Whether commands keep coming over ``seconds``."""
+        before = len(self.commands)
+        self.peer.wait_for(lambda: False, seconds)
+        return len(self.commands) > before
+
+    def send(self, duration: float):
+        goal = FollowJointTrajectory.Goal()
+        goal.trajectory.joint_names = JOINTS
+        point = JointTrajectoryPoint(positions=(self.q + 0.1).tolist(), velocities=[0.0] * 6)
+        point.time_from_start.sec = int(duration)
+        goal.trajectory.points = [point]
+        future = self.client.send_goal_async(goal)
+        assert self.peer.wait_for(future.done, 10.0)
+        return future.result()
+
+    def result(self, handle, timeout: float = 20.0):
+        future = handle.get_result_async()
+        assert self.peer.wait_for(future.done, timeout)
+        return future.result().result
+
+
+def _lifecycle(node: NodeProcess, command: str, expected: str) -> None:
+    result = _shell(command + LIFECYCLE_FLAGS)
+    assert result.returncode == 0 and result.stdout.strip() == expected, \
+        f"{result}\n{node.output()}"
+
+
+def test_lifecycle_as_in_the_docs_stops_efforts_and_aborts_the_goal(tmp_path):
+    get, = doc_commands("ros2 lifecycle get")
+    deactivate, activate = doc_commands("ros2 lifecycle set")
+    assert deactivate.endswith(" deactivate") and activate.endswith(" activate")
+    node = NodeProcess("rb_dynamics.node", write_params(tmp_path, "rb_dynamics", {
+        "urdf_path": str(DEFAULT_URDF), "mode": "computed_torque", "state_timeout": 1.0}))
+    driver = Driver()
+    try:
+        assert driver.peer.wait_for(lambda: len(driver.commands) > 10, 20.0), node.output()
+        _lifecycle(node, get, "active [3]")
+        assert driver.client.wait_for_server(timeout_sec=10.0)
+        driver.peer.wait_for(lambda: False, 0.3)
+        handle = driver.send(duration=10)
+        assert handle.accepted
+        _lifecycle(node, deactivate, "Transitioning successful")
+        result = driver.result(handle)
+        assert (result.error_code, result.error_string) == (
+            FollowJointTrajectory.Result.INVALID_GOAL,
+            "Current goal cancelled during deactivate transition.")
+        driver.peer.wait_for(lambda: False, 0.2)  # commands already in flight
+        assert not driver.commanding(0.5)
+        _lifecycle(node, get, "inactive [2]")
+        assert driver.peer.wait_for(lambda: any(
+            m == "inactive: publishing no efforts" for m in driver.diagnostics[-3:]), 5.0)
+        refused = driver.result(driver.send(duration=1))
+        assert refused.error_code == FollowJointTrajectory.Result.INVALID_GOAL
+        assert "not active" in refused.error_string and "activate" in refused.error_string
+        _lifecycle(node, activate, "Transitioning successful")
+        assert driver.commanding(0.5)
+        ok = driver.result(driver.send(duration=1))  # the driver's arm never moves: the
+        assert ok.error_code == 0, ok.error_string  # default tolerances check velocity only
+        assert "deactivated (inactive): publishing no efforts" in node.output()
+    finally:
+        driver.peer.close()
+        assert node.stop() < 5.0
+    assert node.proc.returncode == 0, node.output()
+
+
+def test_without_autostart_the_node_waits_unconfigured(tmp_path):
+    get, = doc_commands("ros2 lifecycle get")
+    node = NodeProcess("rb_dynamics.node", write_params(tmp_path, "rb_dynamics", {
+        "urdf_path": str(DEFAULT_URDF), "autostart": False, "state_timeout": 1.0}))
+    driver = Driver()
+    try:
+        _lifecycle(node, get, "unconfigured [1]")
+        assert not driver.commanding(1.0)
+        _lifecycle(node, get.replace(" get ", " set ") + " configure",
+                   "Transitioning successful")
+        _lifecycle(node, get, "inactive [2]")
+        assert not driver.commanding(0.5)
+        _lifecycle(node, get.replace(" get ", " set ") + " activate", "Transitioning successful")
+        assert driver.peer.wait_for(lambda: len(driver.commands) > 10, 5.0), node.output()
+    finally:
+        driver.peer.close()
+        assert node.stop() < 5.0
+    assert node.proc.returncode == 0, node.output()
+
+
+def test_param_set_and_send_goal_as_in_the_docs(tmp_path):
+    """The documented set-up (the simulator with its defaults, the node with the documented
+    arguments) and the documented ``ros2 param set`` and ``ros2 action send_goal``, verbatim."""
+    assert doc_commands("ros2 run rb_dynamics rb_simulator")[0] == "ros2 run rb_dynamics " \
+        "rb_simulator"
+    run, = (c for c in doc_commands("ros2 run rb_dynamics rb_dynamics_node")
+            if "computed_torque" in c)
+    arguments = shlex.split(run.replace("\\\n", " ").replace(
+        "$(ros2 pkg prefix rb_dynamics)/share/rb_dynamics/urdf/default_arm.urdf",
+        str(DEFAULT_URDF)))
+    sim = NodeProcess("rb_dynamics.sim_node")
+    node = NodeProcess("rb_dynamics.node", None, *arguments[arguments.index("--ros-args") + 1:])
+    peer = Peer("watcher")
+    states: list[JointState] = []
+    peer.node.create_subscription(JointState, "joint_states", states.append, 10)
+    try:
+        for command in doc_commands("ros2 param set"):
+            result = _shell(command + PARAM_FLAGS)
+            assert "Set parameter successful" in result.stdout, f"{result}\n{node.output()}"
+        goal, = doc_commands("ros2 action send_goal")
+        result = _shell(goal, timeout=60.0)
+        assert result.returncode == 0, f"{result}\n{node.output()}\n{sim.output()}"
+        assert "Goal accepted" in result.stdout, str(result)
+        assert "error_code: 0" in result.stdout, str(result)
+        assert "Goal successfully reached!" in result.stdout, str(result)
+        assert "Goal finished with status: SUCCEEDED" in result.stdout, str(result)
+        assert peer.wait_for(lambda: len(states) > 0, 5.0)
+        q = dict(zip(states[-1].name, states[-1].position))
+        assert abs(q["elbow_joint"] - 0.8) < 0.01, q
+        print(f"\nros2 action send_goal: the elbow ended {abs(q['elbow_joint'] - 0.8):.1e} rad "
+              "from its goal")
+    finally:
+        peer.close()
+        for process in (node, sim):
+            assert process.stop() < 5.0
+    assert node.proc.returncode == 0, node.output()
