@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import numpy as np
 from rclpy.node import Node
@@ -48,6 +49,9 @@ class ControlLoop:
         self._last_publish = -np.inf
         self._command = Float64MultiArray()  # reused: the control path allocates little
         self.hold_reported = False
+        # called with each joint state after its command is out (payload_services records
+        # the resting ones for identification)
+        self.recorder: Callable[[JointState], None] | None = None
         companion = Node(f"{node.get_name()}_control_loop", namespace=node.get_namespace(),
                          context=node.context, use_global_arguments=False,
                          start_parameter_services=False, enable_rosout=False)
@@ -86,6 +90,9 @@ class ControlLoop:
             self.totals.newest_stamp_ns = msg.header.stamp.sec * 1_000_000_000 \
                 + msg.header.stamp.nanosec
             self._control(msg)
+        recorder = self.recorder
+        if recorder is not None:
+            recorder(msg)
 
     def _control(self, msg: JointState) -> None:
         controller = self.controller
