@@ -37,7 +37,7 @@ from std_srvs.srv import SetBool, Trigger
 from rb_dynamics_interfaces.srv import SetState
 
 from . import ros_params
-from .backend import LiveDynamics, make_dynamics
+from .backend import LiveDynamics
 from .constraint_params import ConstraintParameters
 from .model import Model, load_model
 from .model_source import MODEL_SOURCE_PARAMETERS, ModelSource
@@ -132,7 +132,7 @@ class SimulatorNode(Node):
         self.create_service(Trigger, "~/reset", self._on_reset)
         self.create_service(SetBool, "~/pause", self._on_pause)
         self.create_service(SetState, "~/set_state", self._on_set_state)
-        self.payload = SimulatorPayload(self, self.model, self._carry)
+        self.payload = SimulatorPayload(self, self.dynamics, self._carry)
 
     def _make_clock(self, settings: dict[str, Any]) -> None:
         """Wall-clock pacing (a timer), lock-step, or stepping on an external /clock."""
@@ -285,16 +285,10 @@ class SimulatorNode(Node):
         response.success, response.message = True, f"state set for {names}"
         return response
 
-    def _carry(self, model: Model) -> None:
-        """Simulate ``model`` (the robot with a payload, or without) from the current state.
-
-        Its kernels are built here, blocking (from the cache, else compiled: seconds): built in
-        the background they would starve the stepping of the interpreter meanwhile. The time
-        spent is a pause, not simulated time.
-        """
-        self.dynamics = make_dynamics(model)
-        self.sim.dynamics, self.sim.model = self.dynamics, model
-        self.wall_last = self.last_lockstep = time.monotonic()
+    def _carry(self, dynamics) -> None:
+        """Simulate the robot of ``dynamics`` (with a payload, or without) from the current
+        state on."""
+        self.sim.dynamics, self.sim.model = dynamics, dynamics.model
 
     def _on_pause(self, request, response):
         if not request.data and self.problem:

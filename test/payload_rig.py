@@ -108,6 +108,10 @@ class ClosedLoop:
                 problems.append(proc.output())
         return problems
 
+    def logs(self) -> str:
+        return (f"--- simulator:\n{self.sim.output()[-3000:]}\n--- control node:\n"
+                f"{self.control.output()[-3000:]}")
+
     @property
     def now(self) -> float:
         return self.t[-1] if self.t else math.nan
@@ -118,7 +122,7 @@ class ClosedLoop:
             lambda: self.pause.service_is_ready() and self.t
             and self.trajectory_pub.get_subscription_count() > 0
             and self.control_payload.service_is_ready(), timeout)
-        assert ready, self.sim.output() + self.control.output()
+        assert ready, self.logs()
         assert self.peer.call(self.pause, SetBool.Request(data=False)).success
 
     def run_for(self, seconds: float, wall_limit: float = 120.0) -> None:
@@ -126,8 +130,7 @@ class ClosedLoop:
         until = self.now + seconds
         deadline = time.monotonic() + wall_limit
         while self.now < until:
-            assert time.monotonic() < deadline, "the closed loop stalled:\n" + \
-                self.control.output()[-2000:]
+            assert time.monotonic() < deadline, "the closed loop stalled:\n" + self.logs()
             self.peer.executor.spin_once(timeout_sec=0.01)
 
     def mean_position(self, seconds: float) -> np.ndarray:
