@@ -9,8 +9,7 @@ from pathlib import Path
 import numpy as np
 import pinocchio as pin
 import pytest
-from pin_oracle import REAL_ROBOTS, random_state, rel_err, robots_dir
-from test_payload_services import pin_oracle
+from pin_oracle import REAL_ROBOTS, Oracle, random_state, rel_err, robots_dir
 
 from rb_dynamics import DEFAULT_URDF
 from rb_dynamics.backend import ReferenceDynamics
@@ -19,6 +18,20 @@ from rb_dynamics.model import load_model
 from rb_dynamics.payload import Payload, PayloadDynamics, default_payload_link
 
 TOL = 1e-9
+
+
+def pin_oracle(xml: str, model, payload: Payload | None = None) -> Oracle:
+    """Pinocchio's model of the URDF, carrying ``payload`` on its link's joint."""
+    oracle = Oracle(model, xml)
+    if payload is not None:
+        pm = oracle.pm
+        frame = pm.frames[pm.getFrameId(payload.link, pin.BODY)]
+        inertia = pin.Inertia(payload.mass, np.array(payload.com), np.array(payload.inertia))
+        pm.inertias[frame.parentJoint] = (pm.inertias[frame.parentJoint]
+                                          + frame.placement.act(inertia))
+        oracle.pd = pm.createData()
+    return oracle
+
 
 
 def _xml(name: str) -> str:

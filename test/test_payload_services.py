@@ -16,6 +16,7 @@ from pin_oracle import REAL_ROBOTS, Oracle, rel_err, robots_dir
 from ros_harness import NodeProcess, Peer, answer_after, write_params
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
+from test_payload_dynamics import pin_oracle
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from rb_dynamics import DEFAULT_URDF
@@ -23,6 +24,7 @@ from rb_dynamics import dynamics as D
 from rb_dynamics import feasibility as F
 from rb_dynamics.model import load_model
 from rb_dynamics.payload import Payload, suggest_identification_poses, with_payload
+from rb_dynamics.payload_services import END_MARGIN, rest_poses
 from rb_dynamics_interfaces.srv import (
     DynamicsTerms,
     IdentifyPayload,
@@ -33,19 +35,6 @@ from rb_dynamics_interfaces.srv import (
 
 PANDA = Path(robots_dir(), REAL_ROBOTS["panda"][0])
 TOL = 1e-9
-
-
-def pin_oracle(xml: str, model, payload: Payload | None = None) -> Oracle:
-    """Pinocchio's model of the URDF, carrying ``payload`` on its link's joint."""
-    oracle = Oracle(model, xml)
-    if payload is not None:
-        pm = oracle.pm
-        frame = pm.frames[pm.getFrameId(payload.link, pin.BODY)]
-        inertia = pin.Inertia(payload.mass, np.array(payload.com), np.array(payload.inertia))
-        pm.inertias[frame.parentJoint] = (pm.inertias[frame.parentJoint]
-                                          + frame.placement.act(inertia))
-        oracle.pd = pm.createData()
-    return oracle
 
 
 def pin_rnea(oracle: Oracle, q, v, a) -> np.ndarray:
@@ -386,3 +375,31 @@ def test_identify_payload_from_given_data(tmp_path):
             assert not answer.success and expected in answer.message, answer.message
     finally:
         rig.close()
+
+
+def test_rest_poses_keep_the_middle_of_each_rest():
+    """Four rests at 1 kHz whose efforts are wrong while the arm settles (the first 0.3 s) and
+    once the next move starts (the last 0.1 s): each pose averages only the samples from
+    half-way to END_MARGIN before its end; a rest shorter than min_rest does not count, nor
+    does a run cut short by the arm sliding away."""
+    dt, rows = 1e-3, []
+    for k, (hold, pose) in enumerate(((1.0, 0.1), (0.3, 0.5), (1.2, -0.4), (0.8, 1.0))):
+        for t in np.arange(0.0, hold - dt / 2, dt):
+            wrong = 5.0 if t < 0.3 or t > hold - 0.1 else 0.0
+            rows.append((10.0 * k + t, [pose, 2 * pose], [np.sin(pose) + wrong, 0.5 * pose]))
+    t = np.array([r[0] for r in rows])
+    q = np.array([r[1] for r in rows])
+    tau = np.array([r[2] for r in rows])
+    poses, efforts, used = rest_poses(t, q, tau, 0.5)
+    assert np.allclose(poses[:, 0], [0.1, -0.4, 1.0])  # the 0.3 s rest is too short
+    assert np.allclose(efforts[:, 0], np.sin(poses[:, 0]), atol=1e-12)
+    assert np.allclose(efforts[:, 1], 0.5 * poses[:, 0], atol=1e-12)
+    halves = sum((hold - dt) / 2 - END_MARGIN for hold in (1.0, 1.2, 0.8))
+    assert abs(used - halves / dt) <= 3
+    slid = q.copy()
+    slid[:, 0] += np.where(t % 10 > 0.45, 0.01, 0.0)  # 10 mrad away after 0.45 s of each rest
+    poses, efforts, _ = rest_poses(t, slid, tau, 0.5)
+    assert np.allclose(poses[:, 0], [0.11, -0.39])  # what is left of rests 1 and 3
+    assert np.allclose(efforts[:, 0], np.sin([0.1, -0.4]), atol=1e-12)
+    none = rest_poses(t[:10], q[:10], tau[:10], 0.5)
+    assert none[0].shape == (0, 2) and none[1].shape == (0, 2) and none[2] == 0
