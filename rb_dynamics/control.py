@@ -27,6 +27,7 @@ import numpy as np
 from .backend import Dynamics, make_dynamics
 from .checks import finite_array
 from .model import Model
+from .payload import PayloadEffort
 
 __all__ = [
     "CONTROL_MODES",
@@ -110,6 +111,11 @@ class ControlLaw:
     URDF losses are added, at the measured velocity in gravity compensation and at the
     reference velocity in computed torque: compensating friction from the measured (noisy, a
     step late) velocity is a high-gain positive feedback on light links.
+
+    ``payload`` (a ``payload.PayloadEffort`` built for ``dynamics.model``) adds a payload the
+    model does not carry: its gravity in gravity compensation, its inverse dynamics at the
+    commanded acceleration in computed torque. A new payload is a new object assigned whole,
+    so the law never sees half of one.
     """
 
     dynamics: Dynamics
@@ -117,6 +123,7 @@ class ControlLaw:
     kp: np.ndarray | None = None
     kd: np.ndarray | None = None
     friction_compensation: bool = False
+    payload: PayloadEffort | None = None
 
     def __post_init__(self) -> None:
         model = self.dynamics.model
@@ -132,13 +139,19 @@ class ControlLaw:
                a_d: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
         """(τ, q_d − q): τ unclamped, the position error None in gravity compensation."""
         model = self.dynamics.model
+        payload = self.payload
         if self.mode == "gravity_compensation":
             tau, error, v_friction = self.dynamics.gravity(q), None, v
+            if payload is not None:
+                tau = tau + payload.gravity(q)
         else:
             error = q_d - q
             if self._wrap:
                 error = position_error(model, q_d, q, self.continuous)
-            tau = self.dynamics.rnea(q, v, a_d + self.kd * (v_d - v) + self.kp * error)
+            a_command = a_d + self.kd * (v_d - v) + self.kp * error
+            tau = self.dynamics.rnea(q, v, a_command)
+            if payload is not None:
+                tau = tau + payload.effort(q, v, a_command)
             v_friction = v_d
         if self.friction_compensation:
             tau = tau + friction_compensation(model, v_friction)

@@ -52,6 +52,9 @@ class ControlLoop:
         # called after each published command, on this thread under ``lock``, with the instant
         # the reference was sampled at: it must take microseconds (the trajectory action)
         self.monitor: Callable[[float, JointController, ControlOutput], None] | None = None
+        # called with each joint state after its command is out (payload_services records
+        # the resting ones for identification)
+        self.recorder: Callable[[JointState], None] | None = None
         companion = Node(f"{node.get_name()}_control_loop", namespace=node.get_namespace(),
                          context=node.context, use_global_arguments=False,
                          start_parameter_services=False, enable_rosout=False)
@@ -90,6 +93,9 @@ class ControlLoop:
             self.totals.newest_stamp_ns = msg.header.stamp.sec * 1_000_000_000 \
                 + msg.header.stamp.nanosec
             self._control(msg)
+        recorder = self.recorder
+        if recorder is not None:
+            recorder(msg)
 
     def _control(self, msg: JointState) -> None:
         controller = self.controller

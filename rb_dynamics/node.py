@@ -15,7 +15,9 @@ Topics
     ~/controller_state (pub, control_msgs/JointTrajectoryControllerState)
     /diagnostics (pub, diagnostic_msgs/DiagnosticArray)  about once a second
 Services (rb_dynamics_interfaces): ~/inverse_dynamics, ~/forward_dynamics, ~/dynamics_terms,
-~/simulate — see rb_dynamics/services.py. Action: ~/follow_joint_trajectory
+~/simulate — see rb_dynamics/services.py; ~/set_payload, ~/identify_payload,
+~/trajectory_efforts — see rb_dynamics/payload_services.py (the dynamics services answer for
+the robot with its payload). Action: ~/follow_joint_trajectory
 (control_msgs/FollowJointTrajectory) — see rb_dynamics/trajectory_action.py.
 
 A managed (lifecycle) node: with ``autostart`` (the default) it configures and activates itself
@@ -58,6 +60,7 @@ from .conversions import ConversionError, seconds, trajectory_points
 from .diagnostics import controller_level, period_values, status
 from .model import Model, load_model
 from .model_source import MODEL_SOURCE_PARAMETERS, LatestOnly, ModelSource
+from .payload_services import PayloadServices
 from .ros_params import ParameterSpec, qos_with_overrides
 from .ros_runtime import Warnings
 from .services import DynamicsServices
@@ -132,7 +135,8 @@ class DynamicsNode(LifecycleNode):
                                  raw=True)
         self.loop_constraints = ConstraintParameters(self)
         self._constraints: tuple[Model, ConstraintSet | ValueError] | None = None
-        self.dynamics_services = DynamicsServices(self, lambda: self.dynamics,
+        self.payload = PayloadServices(self, self.loop, lambda: self.dynamics)
+        self.dynamics_services = DynamicsServices(self, self.payload.dynamics,
                                                   self._constraints_for)
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self.create_timer(1.0, self._publish_diagnostics)
@@ -199,6 +203,7 @@ class DynamicsNode(LifecycleNode):
             friction_compensation=value("friction_compensation"),
             max_state_age=value("state_timeout"), dynamics=dynamics)
         controller.effort_scale = value("effort_scale")
+        self.payload.attach(controller)
         return controller
 
     def _install(self, source: str, origin: str, changes: dict[str, Any]) -> None:
@@ -218,6 +223,7 @@ class DynamicsNode(LifecycleNode):
             self.model, self.dynamics, self.model_source = model, dynamics, origin
             self.loop.controller = controller
             self.loop.hold_reported = False
+        self.payload.installed(model)
         self.refused, self._retry = "", None
         self.trajectory_action.controller_installed(controller)
         self._report_install(model, controller, origin)
@@ -375,7 +381,8 @@ class DynamicsNode(LifecycleNode):
     def _publish_diagnostics(self) -> None:
         stats, ages = self.loop.take_period()
         values = {"model source": self.model_source or "none",
-                  "dynamics kernels": self.dynamics.kind if self.dynamics else "none"}
+                  "dynamics kernels": self.dynamics.kind if self.dynamics else "none",
+                  **self.payload.diagnostic_values()}
         controller = self.loop.controller
         if self.model is None:
             level = DiagnosticStatus.WARN

@@ -12,6 +12,8 @@ points, welds, joint couplings: rb_dynamics/constraint_params.py) are honoured a
 The robot: the ``robot_description`` parameter, else ``urdf_path``, else the bundled arm (see
 rb_dynamics/model_source.py). Run-time parameters: ``real_time_factor``, ``command_timeout``;
 the others are read-only.
+``~/set_payload`` (rb_dynamics_interfaces/SetPayload) puts a payload on the simulated robot
+(the state kept); ``effort_noise`` adds a torque sensor's noise to the published efforts.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from .backend import LiveDynamics
 from .constraint_params import ConstraintParameters
 from .model import Model, load_model
 from .model_source import MODEL_SOURCE_PARAMETERS, ModelSource
+from .payload_services import SimulatorPayload
 from .ros_params import ParameterSpec
 from .ros_runtime import Warnings, take_queued
 from .simulation import INTEGRATORS, Simulator
@@ -63,6 +66,10 @@ PARAMETERS: dict[str, ParameterSpec] = {
                              read_only=True),
     "friction": ParameterSpec("double[]", [], "per joint, N·m ([] = URDF <dynamics>)",
                               read_only=True),
+    "effort_noise": ParameterSpec("double", 0.0, "N·m or N: standard deviation of Gaussian "
+                                  "noise added to the efforts published on joint_states (a "
+                                  "torque sensor's; the applied efforts stay exact)",
+                                  read_only=True, low=0.0, high=1e3),
     "command_timeout": ParameterSpec("double", 0.5, "s (simulated): older commands fall back "
                                      "to zero effort", low=0.0, high=1e6),
     "position_limits": ParameterSpec("bool", True, "URDF position limits act as inelastic "
@@ -100,6 +107,7 @@ class SimulatorNode(Node):
                              command_timeout=settings["command_timeout"],
                              constraints=self.constraints or None)
         self.rtf = settings["real_time_factor"]
+        self.effort_noise, self.rng = settings["effort_noise"], np.random.default_rng()
         self.problem = self.model.forward_dynamics_problem()
         self.paused = bool(settings["start_paused"]) or self.problem is not None
         if self.problem:
@@ -125,6 +133,7 @@ class SimulatorNode(Node):
         self.create_service(Trigger, "~/reset", self._on_reset)
         self.create_service(SetBool, "~/pause", self._on_pause)
         self.create_service(SetState, "~/set_state", self._on_set_state)
+        self.payload = SimulatorPayload(self, self.dynamics, self._carry)
 
     def _make_clock(self, settings: dict[str, Any]) -> None:
         """Wall-clock pacing (a timer), lock-step, or stepping on an external /clock."""
@@ -277,6 +286,11 @@ class SimulatorNode(Node):
         response.success, response.message = True, f"state set for {names}"
         return response
 
+    def _carry(self, dynamics) -> None:
+        """Simulate the robot of ``dynamics`` (with a payload, or without) from the current
+        state on."""
+        self.sim.dynamics, self.sim.model = dynamics, dynamics.model
+
     def _on_pause(self, request, response):
         if not request.data and self.problem:
             response.success, response.message = False, self.problem
@@ -357,7 +371,10 @@ class SimulatorNode(Node):
         msg.name = self.joints
         msg.position = self.sim.q[self.q_index].tolist()
         msg.velocity = self.sim.v[self.v_index].tolist()
-        msg.effort = self.sim.applied_effort[self.v_index].tolist()
+        effort = self.sim.applied_effort[self.v_index]
+        if self.effort_noise > 0.0:
+            effort = effort + self.rng.normal(0.0, self.effort_noise, effort.shape)
+        msg.effort = effort.tolist()
         self.state_pub.publish(msg)
 
 def main(args: list[str] | None = None) -> int:
