@@ -275,7 +275,8 @@ def make_drives(model: Model, layout: CommandLayout, q0: np.ndarray, *, dt: floa
                 f"unstable at dt={dt} with {integrator} (step spectral radius {radius:.4f}, "
                 f"inertia margin {margin}); the largest stable bandwidth here is "
                 f"{best:.4g} rad/s")
-    gravity = dyn.gravity if gravity_feedforward else None
+    # looked up at each call: a LiveDynamics rebinds its methods when its kernels arrive
+    gravity = (lambda q: dyn.gravity(q)) if gravity_feedforward else None
     drives = JointDrives(model, layout, gains, command_timeout=command_timeout, gravity=gravity)
     drives.hold(q0)
     return drives

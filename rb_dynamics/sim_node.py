@@ -64,12 +64,6 @@ from .servo import (
 from .sim_commands import CommandInputs
 from .simulation import INTEGRATORS
 
-# A wall-clock tick simulates at most this many tick periods (times the real-time factor): a
-# process short of CPU then slows simulated time down instead of publishing fewer states. With
-# "all the debt in one tick" a simulator left 6 % of a core (a command flood on a loaded 2-core
-# machine) spent it on ticks of 0.1 s of physics each: 8 states a second (issue 15, item 12).
-CATCH_UP_PERIODS = 4
-
 # which joint takes which command, and the drives of position / velocity commands
 SERVO_PARAMETERS: dict[str, ParameterSpec] = {
     "read_ros2_control": ParameterSpec(
@@ -151,7 +145,7 @@ class SimulatorNode(Node):
         self.q_index = np.array([self.model.joint_q_index[self.model.joint_index(n)]
                                  for n in self.joints], dtype=int)
         self.layout = self._command_layout(source, settings)
-        self.dynamics = LiveDynamics(self.model)
+        self.dynamics = LiveDynamics(self.model, on_switch=self._on_kernels)
         self.problem = self.model.forward_dynamics_problem()
         self.sim = self._make_simulator(settings)
         self.rtf = settings["real_time_factor"]
@@ -221,8 +215,12 @@ class SimulatorNode(Node):
                 depth=100, reliability=ReliabilityPolicy.BEST_EFFORT))
             self.publish_period, self.last_publish = 1.0 / rate, -math.inf
         else:
-            self.tick_period = 1.0 / rate
-            self.timer = self.create_timer(self.tick_period, self._tick)
+            self.timer = self.create_timer(1.0 / rate, self._tick)
+
+    def _on_kernels(self, kind: str) -> None:
+        """From the kernel thread: which dynamics the steps use from now on."""
+        self.get_logger().info(f"dynamics for the steps: {kind}"
+                               + (" kernels" if kind in ("c", "python") else ""))
 
     def _description(self) -> str:
         """The URDF (XML or a path) in the documented order (rb_dynamics/model_source.py)."""
@@ -374,19 +372,14 @@ class SimulatorNode(Node):
             if self.paused:
                 self._publish()
             elif now - self.last_lockstep > self.lockstep_timeout:
-                self._advance(min(elapsed * self.rtf, self._catch_up()))  # time goes on
+                self._advance(elapsed * self.rtf)  # no controller: time goes on
                 self._publish()
             return
         if not self.paused:
-            # keep up with the wall clock, but never spiral: at most 0.1 s behind, and a few
-            # periods per tick, so that the states keep their rate when the CPU is short
+            # keep up with the wall clock, but never spiral: at most 0.1 s of catch-up
             self.sim_debt = min(self.sim_debt + elapsed * self.rtf, 0.1)
-            self.sim_debt -= self._advance(min(self.sim_debt, self._catch_up())) * self.sim.dt
+            self.sim_debt -= self._advance(self.sim_debt) * self.sim.dt
         self._publish()
-
-    def _catch_up(self) -> float:
-        """Simulated seconds one wall-clock tick may cover."""
-        return max(CATCH_UP_PERIODS * self.tick_period * self.rtf, self.sim.dt)
 
     def _on_clock(self, msg: Clock) -> None:
         """use_sim_time: simulate up to the clock's instant, then publish (at publish_rate)."""
