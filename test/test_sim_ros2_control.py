@@ -181,14 +181,7 @@ def test_panda_arm_tracks_under_computed_torque_while_the_fingers_follow_positio
     1 on position through the simulator's servo; everything through the hardware interface's
     protocol as documented (NaN start-up, commands every cycle, states with sensor-data QoS)."""
     xml, duration, rate = panda_xml.read_text(), 4.0, 500.0
-    # lock-step, a step per controller cycle: the loop is the same whatever the machine's load
-    sim = NodeProcess("rb_dynamics.sim_node", write_params(tmp_path, "rb_simulator", {
-        "urdf_path": str(panda_xml), "lockstep": True, "time_step": 1.0 / rate,
-        "publish_clock": True, "start_paused": True, "command_timeout": 0.1}), *REMAPS)
-    control = NodeProcess("rb_dynamics.node", write_params(tmp_path, "rb_dynamics", {
-        "urdf_path": str(panda_xml), "mode": "computed_torque", "joints": PANDA_ARM,
-        "kp": [400.0], "kd": [40.0], "friction_compensation": True, "use_sim_time": True}),
-        "-r", "~/effort_commands:=/effort_controller/commands")
+    sim, control = _panda_nodes(tmp_path, panda_xml, rate)
     peer = Peer("ros2_control_side")
     hardware = TopicHardware(peer, xml, rate)
     efforts: list[list[float]] = []
@@ -239,6 +232,19 @@ def test_panda_arm_tracks_under_computed_torque_while_the_fingers_follow_positio
     assert abs(held_finger - 0.02) < 1e-4  # a position joint holds its initial value
     assert report["arm_rms"] < 2e-3 and report["arm_final"] < 1e-3, report
     assert report["finger_settled"] < 1e-4 and report["finger_final"] < 1e-5, report
+
+
+def _panda_nodes(tmp_path: Path, urdf: Path, rate: float) -> tuple[NodeProcess, NodeProcess]:
+    """The simulator in lock-step, a step per controller cycle (the loop is then the same
+    whatever the machine's load), and our control node on its /clock."""
+    sim = NodeProcess("rb_dynamics.sim_node", write_params(tmp_path, "rb_simulator", {
+        "urdf_path": str(urdf), "lockstep": True, "time_step": 1.0 / rate,
+        "publish_clock": True, "start_paused": True, "command_timeout": 0.1}), *REMAPS)
+    control = NodeProcess("rb_dynamics.node", write_params(tmp_path, "rb_dynamics", {
+        "urdf_path": str(urdf), "mode": "computed_torque", "joints": PANDA_ARM,
+        "kp": [400.0], "kd": [40.0], "friction_compensation": True, "use_sim_time": True}),
+        "-r", "~/effort_commands:=/effort_controller/commands")
+    return sim, control
 
 
 def _effort_controller(efforts: list[list[float]]) -> Callable[[TopicHardware], None]:
