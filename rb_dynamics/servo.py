@@ -175,9 +175,11 @@ class JointDrives:
         self.q_index = np.array([model.joint_q_index[model.joint_index(n)]
                                  for n in layout.joints], dtype=int)
         self.effort_limit = model.effort_limit[self.v_index]
+        self._lowest = -self.effort_limit
         self.active = np.zeros((3, n), dtype=bool)  # which fields the joint's command sets
         self.target = np.zeros((3, n))
         self.stamp = np.zeros(n)  # simulated time of each joint's last command
+        self._servoing = False  # any position or velocity command active (kept by the setters)
 
     def hold(self, q: np.ndarray, t: float = 0.0) -> None:
         """The start-up command: hold position / brake / limp, or the block's initial command."""
@@ -195,6 +197,7 @@ class JointDrives:
             self.active[:, joints] = given[:, joints]
             self.target[given] = np.clip(initial, self.layout.lower, self.layout.upper)[given]
         self.stamp[:] = t
+        self._servoing = bool(self.active[:EFFORT].any())
 
     def command(self, cmd: JointCommand, t: float) -> np.ndarray:
         """Apply a decoded command at time t; returns the (3, k) mask of values clamped."""
@@ -207,10 +210,15 @@ class JointDrives:
         self.active[:, columns] = given[:, joints]
         self.target[:, columns] = values[:, joints]
         self.stamp[columns] = t
+        self._servoing = bool(self.active[:EFFORT].any())
         return clamped
 
     def joint_efforts(self, q: np.ndarray, v: np.ndarray, t: float) -> np.ndarray:
         """τ per joint of the layout (see the module docstring), clamped to the effort limits."""
+        if not self._servoing:  # efforts only (no block): a few µs per step, not ~20
+            tau = self.target[EFFORT] * (self.active[EFFORT] & (t - self.stamp
+                                                                <= self.command_timeout))
+            return np.minimum(np.maximum(tau, self._lowest), self.effort_limit)
         fresh = (t - self.stamp) <= self.command_timeout
         position, velocity, effort = self.active
         servo = position | velocity
@@ -267,7 +275,8 @@ def make_drives(model: Model, layout: CommandLayout, q0: np.ndarray, *, dt: floa
                 f"unstable at dt={dt} with {integrator} (step spectral radius {radius:.4f}, "
                 f"inertia margin {margin}); the largest stable bandwidth here is "
                 f"{best:.4g} rad/s")
-    gravity = dyn.gravity if gravity_feedforward else None
+    # looked up at each call: a LiveDynamics rebinds its methods when its kernels arrive
+    gravity = (lambda q: dyn.gravity(q)) if gravity_feedforward else None
     drives = JointDrives(model, layout, gains, command_timeout=command_timeout, gravity=gravity)
     drives.hold(q0)
     return drives
