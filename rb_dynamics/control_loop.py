@@ -55,6 +55,9 @@ class ControlLoop:
         # called with each joint state after its command is out (payload_services records
         # the resting ones for identification)
         self.recorder: Callable[[JointState], None] | None = None
+        # called (on this thread) once a controller has its first state: a trajectory that
+        # arrived before it can start then
+        self.first_state: Callable[[], None] | None = None
         companion = Node(f"{node.get_name()}_control_loop", namespace=node.get_namespace(),
                          context=node.context, use_global_arguments=False,
                          start_parameter_services=False, enable_rosout=False)
@@ -107,11 +110,14 @@ class ControlLoop:
             self.problem(f"joint_states: negative stamp {msg.header.stamp.sec} s; not "
                          "publishing", "negative stamp")
             return
+        first = controller.q is None
         try:
             controller.update_state(msg.name, msg.position, msg.velocity, now)
         except ControllerError as exc:
             self.problem(f"{exc}; not publishing")
             return
+        if first and self.first_state is not None:
+            self.first_state()
         self.stats.states += 1
         if not self.publishing or now - self._last_publish < self.min_period:
             return

@@ -224,7 +224,8 @@ class Observer:
         while self.last_stamp < settle_until and time.monotonic() < wall_limit:
             self.spin()
         self.start_sim = self.last_stamp + 0.05
-        self.trajectory_pub.publish(_trajectory_message(self.plan, duration, self.start_sim))
+        self.trajectory_pub.publish(reference_trajectory(self.plan.joints, self.plan.q0,
+                                                         self.plan.amp, duration, self.start_sim))
 
     def follow(self, duration: float, processes: dict, log_dir: Path, quiet: bool) -> None:
         start_wall, next_line, rec = time.monotonic(), 0.0, self.rec
@@ -248,22 +249,23 @@ class Observer:
         self.node.destroy_node()
 
 
-def _trajectory_message(plan: Plan, duration: float, start_sim: float):
-    """Waypoints every 20 ms with exact derivatives (the node's quintic segments follow the
-    cosines to ~1e-7 rad), stamped to start at ``start_sim``."""
+def reference_trajectory(joints: list[str], q0: np.ndarray, amp: np.ndarray, duration: float,
+                         start: float = 0.0):
+    """``reference`` as a JointTrajectory: waypoints every 20 ms with exact derivatives (the
+    controller's quintic segments follow the motion to ~1e-7 rad), stamped to start at
+    ``start`` (s; 0: when it arrives)."""
     from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
     times = np.arange(0.0, duration + 1e-9, 0.02)
-    q_ref, v_ref, a_ref = reference(times, plan.q0, plan.amp)
-    msg = JointTrajectory(joint_names=plan.joints)
+    q_ref, v_ref, a_ref = reference(times, q0, amp)
+    msg = JointTrajectory(joint_names=list(joints))
     for t, q, v, a in zip(times, q_ref, v_ref, a_ref):
         point = JointTrajectoryPoint(positions=q.tolist(), velocities=v.tolist(),
                                      accelerations=a.tolist())
         point.time_from_start.sec, point.time_from_start.nanosec = divmod(round(t * 1e9),
                                                                           1_000_000_000)
         msg.points.append(point)
-    msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(round(start_sim * 1e9),
-                                                            1_000_000_000)
+    msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(round(start * 1e9), 1_000_000_000)
     return msg
 
 

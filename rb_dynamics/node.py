@@ -125,6 +125,11 @@ class DynamicsNode(LifecycleNode):
         self.loop = ControlLoop(self, self._joint_states_qos(settings["joint_states_qos"]),
                                 self.warn)
         self.loop.publishing = False  # until activated
+        # a trajectory that arrives before the first joint state waits for it (a reference
+        # publisher started with the driver must not lose its one message)
+        self._early_trajectory: JointTrajectory | None = None
+        self._first_state = self.create_guard_condition(self._start_early_trajectory)
+        self.loop.first_state = self._first_state.trigger
         self.lifecycle_state = "unconfigured"
         self.trajectory_action = TrajectoryAction(self, self.loop,
                                                   lambda: self.lifecycle_state == "active")
@@ -347,6 +352,11 @@ class DynamicsNode(LifecycleNode):
             return
         self._on_trajectory(deserialize_message(data, JointTrajectory))
 
+    def _start_early_trajectory(self) -> None:
+        msg, self._early_trajectory = self._early_trajectory, None
+        if msg is not None:
+            self._on_trajectory(msg)
+
     def _on_trajectory(self, msg: JointTrajectory) -> None:
         controller = self.loop.controller
         if self.lifecycle_state != "active":
@@ -360,6 +370,11 @@ class DynamicsNode(LifecycleNode):
         if msg.header.stamp.sec < 0:
             self.loop.problem(f"trajectory: negative header stamp {msg.header.stamp.sec} s; "
                               "ignored", "trajectory")
+            return
+        if controller.q is None:
+            self._early_trajectory = msg
+            self.get_logger().info("trajectory received before the first joint state: it "
+                                   "starts with that state")
             return
         now = self.loop._now()
         stamp = seconds(msg.header.stamp)

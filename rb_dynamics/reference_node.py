@@ -12,10 +12,10 @@ import sys
 import numpy as np
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
-from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+from trajectory_msgs.msg import JointTrajectory
 
 from . import DEFAULT_URDF
-from .main_job import reference, reference_amplitude
+from .main_job import reference_amplitude, reference_trajectory
 from .model import load_model
 
 
@@ -46,19 +46,10 @@ class ReferenceNode(Node):
         amp = reference_amplitude(q0, self.model.position_lower[index],
                                   self.model.position_upper[index],
                                   self.model.velocity_limit[v_index])
-        times = np.arange(0.0, self.get_parameter("duration").value + 1e-9, 0.02)
-        q, v, a = reference(times, q0, amp)
-        trajectory = JointTrajectory(joint_names=self.joints)
-        for t, qk, vk, ak in zip(times, q, v, a):
-            point = JointTrajectoryPoint(positions=qk.tolist(), velocities=vk.tolist(),
-                                         accelerations=ak.tolist())
-            nanoseconds = round(t * 1e9)
-            point.time_from_start.sec, point.time_from_start.nanosec = divmod(nanoseconds,
-                                                                              1_000_000_000)
-            trajectory.points.append(point)
-        self.publisher.publish(trajectory)
+        duration = self.get_parameter("duration").value
+        self.publisher.publish(reference_trajectory(self.joints, q0, amp, duration))
         self.sent = True
-        self.get_logger().info(f"sent a {times[-1]:.0f} s reference for {self.joints}")
+        self.get_logger().info(f"sent a {duration:.0f} s reference for {self.joints}")
 
 
 def main(args: list[str] | None = None) -> int:
