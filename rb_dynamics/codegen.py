@@ -453,9 +453,13 @@ class _Kernel:
 
     # --- CRBA ------------------------------------------------------------------------
     def crba(self, q, X=None):
-        """Upper-triangle-complete M(q) as an nv × nv list of values."""
-        g, nb, nv = self.g, len(self.bodies), self.model.nv
+        """Upper-triangle-complete M(q) as an nv × nv list of values (HandC.m)."""
         X = X if X is not None else self.xup(q)
+        return self._crba_matrix(X, *self._composite_inertias(X))
+
+    def _composite_inertias(self, X) -> tuple[list, list, list]:
+        """Composite inertias I^c_i = I_i + Σ Xᵀ I^c_child X as (m, h, Ī) per body."""
+        g, nb = self.g, len(self.bodies)
         # composite inertia (m, h, Ī) per body; m constant
         m = [b.mass for b in self.bodies]
         h_terms = [[[(x, None, None)] for x in b.h] for b in self.bodies]
@@ -491,6 +495,11 @@ class _Kernel:
                         t += [(mi, rr[k], rr[k]) for k in range(3)]
                         t += [(2.0, rr[k], hr[k]) for k in range(3)]
                     I_terms[p][a][c] += t
+        return mass, hs, Is
+
+    def _crba_matrix(self, X, mass: list, hs: list, Is: list) -> list:
+        """M from the composite inertias: H_ij = S_jᵀ (^jX_i)ᵀ I^c_i S_i up the tree."""
+        g, nb, nv = self.g, len(self.bodies), self.model.nv
         H: dict[tuple[int, int], list] = {}
 
         def add(d1: int, d2: int, terms: list) -> None:
@@ -539,8 +548,15 @@ class _Kernel:
 
     # --- ABA -------------------------------------------------------------------------
     def aba(self, q, v, tau):
-        g, nb = self.g, len(self.bodies)
+        """q̈ by the articulated-body algorithm (FDab.m): three passes."""
         X = self.xup(q)
+        cvec, IA, pA = self._aba_velocities(X, v)
+        U, fac, uu = self._aba_articulated(X, tau, cvec, IA, pA)
+        return self._aba_accelerations(X, cvec, U, fac, uu)
+
+    def _aba_velocities(self, X, v) -> tuple[list, list, list]:
+        """Outward: velocity-product accelerations c_i, rigid inertias and bias forces p_i."""
+        g, nb = self.g, len(self.bodies)
         vel: list = [None] * nb
         cvec: list = [None] * nb
         IA: list = [None] * nb
@@ -567,6 +583,12 @@ class _Kernel:
             # articulated inertia as term lists for the 6×6 upper triangle
             I6 = _rigid_inertia_matrix(b)
             IA[i] = {(r, c): [(I6[r][c], None, None)] for r in range(6) for c in range(r, 6)}
+        return cvec, IA, pA
+
+    def _aba_articulated(self, X, tau, cvec: list, IA: list, pA: list
+                         ) -> tuple[list, list, list]:
+        """Inward: articulated inertias and bias forces, U = I^A S, D = Sᵀ U (factored), u."""
+        g, nb = self.g, len(self.bodies)
         U: list = [None] * nb
         fac: list = [None] * nb
         uu: list = [None] * nb
@@ -610,8 +632,13 @@ class _Kernel:
             for k in range(3):
                 pA[p][k].extend(tn[k])
                 pA[p][k + 3].extend(tf[k])
+        return U, fac, uu
+
+    def _aba_accelerations(self, X, cvec: list, U: list, fac: list, uu: list) -> list:
+        """Outward: q̈_i = D⁻¹(u − Uᵀ a'), a_i = a' + S q̈_i from the base's −gravity."""
+        g = self.g
         qdd = [0.0] * self.model.nv
-        acc: list = [None] * nb
+        acc: list = [None] * len(self.bodies)
         for i, b in enumerate(self.bodies):
             p = b.parent
             if p < 0:
