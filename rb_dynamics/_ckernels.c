@@ -351,6 +351,323 @@ KERNEL_METHOD(nonlinear_effects, 2)
 KERNEL_METHOD(crba, 3)
 KERNEL_METHOD(aba, 4)
 
+/* ---------------------------------------------------------------- roll-outs
+ *
+ * rollout() advances a fixed-base model whose joints all have one coordinate (nq == nv,
+ * q ⊕ v·dt = q + v·dt) by many steps in one call, each step computed as
+ * rb_dynamics.simulation.step computes it, in the same order of operations: the joint losses,
+ * semi-implicit Euler with the losses linearly implicit ((M + dt·diag(slope)) a = τ + losses − h,
+ * solved here by Cholesky where the reference uses an LU solve), RK4 on the model's ABA, the
+ * inelastic position stops. It stops before any step that would need a non-finite kernel input
+ * or give a non-finite output, or whose matrix is not positive definite, so that the caller
+ * (simulation.CompiledSteps) can hand that step to the reference, which then raises or answers
+ * exactly as it always does. The loop runs without the GIL.
+ */
+
+#define COULOMB_SMOOTHING 0.1 /* simulation.COULOMB_SMOOTHING */
+enum { SEMI_IMPLICIT_EULER = 0, RK4 = 1 };
+enum { NLE = 2, CRBA = 3, ABA = 4 }; /* indices into KernelsObject.k */
+
+typedef struct {
+    one_fn nle, crba, aba;
+    Py_ssize_t n;
+    double dt;
+    const double *damping, *friction; /* NULL: no joint losses */
+    const double *lower, *upper;      /* NULL: no position stops */
+    int implicit;                     /* semi-implicit Euler with the losses implicit */
+    double *M, *h, *rhs, *applied, *qs, *a[4], *vs[3]; /* scratch */
+} Stepper;
+
+/* applied = τ + losses(v): −damping·q̇ − friction·tanh(q̇/ε), simulation.joint_losses */
+static void add_losses(const Stepper *s, const double *tau, const double *v, double *applied)
+{
+    for (Py_ssize_t i = 0; i < s->n; i++)
+        applied[i] = s->damping ? tau[i] + (-s->damping[i] * v[i]
+                                            - s->friction[i] * tanh(v[i] / COULOMB_SMOOTHING))
+                                : tau[i];
+}
+
+/* q̈ = ABA(q, q̇, τ + losses); 0 when an input or the result is not finite */
+static int accel(const Stepper *s, const double *q, const double *v, const double *tau,
+                 double *a)
+{
+    add_losses(s, tau, v, s->applied);
+    if (!all_finite(s->applied, s->n))
+        return 0;
+    const double *in[3] = {q, v, s->applied};
+    s->aba(in, a);
+    return all_finite(a, s->n);
+}
+
+/* In place: A = L Lᵀ (lower triangle, row major) and x = A⁻¹ b; 0 when A is not positive
+ * definite */
+static int cholesky_solve(double *A, double *x, Py_ssize_t n)
+{
+    for (Py_ssize_t j = 0; j < n; j++) {
+        double d = A[j * n + j];
+        for (Py_ssize_t k = 0; k < j; k++)
+            d -= A[j * n + k] * A[j * n + k];
+        if (!(d > 0.0))
+            return 0;
+        A[j * n + j] = sqrt(d);
+        for (Py_ssize_t i = j + 1; i < n; i++) {
+            double e = A[i * n + j];
+            for (Py_ssize_t k = 0; k < j; k++)
+                e -= A[i * n + k] * A[j * n + k];
+            A[i * n + j] = e / A[j * n + j];
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) { /* L y = b */
+        for (Py_ssize_t k = 0; k < i; k++)
+            x[i] -= A[i * n + k] * x[k];
+        x[i] /= A[i * n + i];
+    }
+    for (Py_ssize_t i = n - 1; i >= 0; i--) { /* Lᵀ x = y */
+        for (Py_ssize_t k = i + 1; k < n; k++)
+            x[i] -= A[k * n + i] * x[k];
+        x[i] /= A[i * n + i];
+    }
+    return 1;
+}
+
+/* simulation._accel_implicit_losses: (M + dt·C) a = τ + losses(q̇) − h,
+ * C = damping + friction/ε·sech²(q̇/ε) */
+static int accel_implicit(const Stepper *s, const double *q, const double *v, const double *tau,
+                          double *a)
+{
+    Py_ssize_t n = s->n;
+    const double *in[2] = {q, v};
+    s->crba(in, s->M);
+    s->nle(in, s->h);
+    if (!all_finite(s->M, n * n) || !all_finite(s->h, n))
+        return 0;
+    add_losses(s, tau, v, s->rhs);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        double x = fmin(fmax(v[i] / COULOMB_SMOOTHING, -300.0), 300.0), c = cosh(x);
+        double slope = s->damping[i] + s->friction[i] / COULOMB_SMOOTHING / (c * c);
+        s->M[i * n + i] += s->dt * slope;
+        a[i] = s->rhs[i] - s->h[i];
+    }
+    return cholesky_solve(s->M, a, n) && all_finite(a, n);
+}
+
+/* One step from (q, v) into (q1, v1); a is the acceleration at the start of the step */
+static int one_step(const Stepper *s, int method, const double *q, const double *v,
+                    const double *tau, double *q1, double *v1, double *a)
+{
+    Py_ssize_t n = s->n;
+    double dt = s->dt, half = 0.5 * dt;
+    if (method == SEMI_IMPLICIT_EULER) {
+        if (!(s->implicit ? accel_implicit(s, q, v, tau, a) : accel(s, q, v, tau, a)))
+            return 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            v1[i] = v[i] + a[i] * dt;
+            q1[i] = q[i] + v1[i] * dt;
+        }
+        return 1;
+    }
+    /* classical RK4 with the stage configurations q + k·dt (simulation.step) */
+    double *const *k = s->a, *v2 = s->vs[0], *v3 = s->vs[1], *v4 = s->vs[2], *qs = s->qs;
+    if (!accel(s, q, v, tau, k[0]))
+        return 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        v2[i] = v[i] + half * k[0][i];
+        qs[i] = q[i] + v[i] * half;
+    }
+    if (!accel(s, qs, v2, tau, k[1]))
+        return 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        v3[i] = v[i] + half * k[1][i];
+        qs[i] = q[i] + v2[i] * half;
+    }
+    if (!accel(s, qs, v3, tau, k[2]))
+        return 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        v4[i] = v[i] + dt * k[2][i];
+        qs[i] = q[i] + v3[i] * dt;
+    }
+    if (!accel(s, qs, v4, tau, k[3]))
+        return 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        v1[i] = v[i] + dt / 6.0 * (k[0][i] + 2 * k[1][i] + 2 * k[2][i] + k[3][i]);
+        q1[i] = q[i] + (v[i] + 2 * v2[i] + 2 * v3[i] + v4[i]) / 6.0 * dt;
+        a[i] = k[0][i];
+    }
+    return 1;
+}
+
+/* simulation.apply_position_limits: inelastic stops, velocity into the stop zeroed */
+static void position_stops(const Stepper *s, double *q, double *v, npy_bool *hit)
+{
+    for (Py_ssize_t i = 0; i < s->n; i++) {
+        hit[i] = 0;
+        if (s->lower == NULL)
+            continue;
+        if (q[i] < s->lower[i]) {
+            q[i] = s->lower[i];
+            v[i] = 0.0 > v[i] ? 0.0 : v[i]; /* Python's max(v, 0.0) */
+            hit[i] = 1;
+        }
+        else if (q[i] > s->upper[i]) {
+            q[i] = s->upper[i];
+            v[i] = 0.0 < v[i] ? 0.0 : v[i]; /* min(v, 0.0) */
+            hit[i] = 1;
+        }
+    }
+}
+
+/* Row k of tau = law(k), with the GIL (the loop releases it); 0 on an error (set) */
+static int call_law(PyObject *law, Py_ssize_t k, double *tau, Py_ssize_t n)
+{
+    PyObject *index = PyLong_FromSsize_t(k), *row = NULL;
+    PyArrayObject *arr = NULL;
+    if (index != NULL)
+        row = PyObject_CallOneArg(law, index);
+    if (row != NULL)
+        arr = (PyArrayObject *)PyArray_FromAny(row, PyArray_DescrFromType(NPY_DOUBLE), 1, 1,
+                                               NPY_ARRAY_CARRAY_RO, NULL);
+    int ok = arr != NULL && PyArray_DIM(arr, 0) == n;
+    if (arr != NULL && !ok)
+        PyErr_Format(PyExc_ValueError, "rollout: the law gave %zd efforts, expected %zd",
+                     (Py_ssize_t)PyArray_DIM(arr, 0), n);
+    if (ok)
+        memcpy(tau, PyArray_DATA(arr), sizeof(double) * (size_t)n);
+    Py_XDECREF(arr);
+    Py_XDECREF(row);
+    Py_XDECREF(index);
+    return ok;
+}
+
+/* Steps 0..N−1 from row 0 of Q, V, called without the GIL; the number of steps taken, or −1
+ * when the law raised (the GIL is then held again, *thread is NULL) */
+static Py_ssize_t run_steps(const Stepper *s, int method, Py_ssize_t N, double *Q, double *V,
+                            double *A, npy_bool *hit, double *tau, Py_ssize_t tau_stride,
+                            PyObject *law, PyThreadState **thread)
+{
+    Py_ssize_t n = s->n, k;
+    for (k = 0; k < N; k++) {
+        double *q = Q + k * n, *v = V + k * n, *t = tau + k * tau_stride;
+        if (law != NULL) {
+            PyEval_RestoreThread(*thread);
+            int ok = call_law(law, k, t, n);
+            *thread = ok ? PyEval_SaveThread() : NULL;
+            if (!ok)
+                return -1;
+        }
+        if (!all_finite(q, n) || !all_finite(v, n) || !all_finite(t, n) ||
+            !one_step(s, method, q, v, t, q + n, v + n, A + k * n))
+            break;
+        position_stops(s, q + n, v + n, hit + k * n);
+        if (!all_finite(q + n, n) || !all_finite(v + n, n))
+            break;
+    }
+    return k;
+}
+
+/* A float64 C-contiguous array of the given shape (rows < 0: one dimension), or NULL with a
+ * ValueError; writable when asked */
+static PyArrayObject *rollout_array(PyObject *obj, const char *name, Py_ssize_t rows,
+                                    Py_ssize_t cols, int type, int writable)
+{
+    int nd = rows < 0 ? 1 : 2;
+    PyArrayObject *arr = (PyArrayObject *)obj;
+    if (!PyArray_Check(obj) || PyArray_TYPE(arr) != type || PyArray_NDIM(arr) != nd ||
+        !PyArray_IS_C_CONTIGUOUS(arr) || (writable && !PyArray_ISWRITEABLE(arr)) ||
+        PyArray_DIM(arr, nd - 1) != cols || (rows >= 0 && PyArray_DIM(arr, 0) != rows)) {
+        const char *what = type == NPY_BOOL ? "bool" : "float64";
+        if (rows < 0)
+            PyErr_Format(PyExc_ValueError, "rollout: %s must be a C-contiguous %s array of "
+                         "shape (%zd,)", name, what, cols);
+        else
+            PyErr_Format(PyExc_ValueError, "rollout: %s must be a C-contiguous%s %s array of "
+                         "shape (%zd, %zd)", name, writable ? " writable" : "", what, rows, cols);
+        return NULL;
+    }
+    return arr;
+}
+
+static int optional_pair(PyObject *const *args, const char *names[2], Py_ssize_t n,
+                         const double **first, const double **second)
+{
+    *first = *second = NULL;
+    if (args[0] == Py_None && args[1] == Py_None)
+        return 0;
+    for (int j = 0; j < 2; j++)
+        if (rollout_array(args[j], names[j], -1, n, NPY_DOUBLE, 0) == NULL)
+            return -1;
+    *first = PyArray_DATA((PyArrayObject *)args[0]);
+    *second = PyArray_DATA((PyArrayObject *)args[1]);
+    return 0;
+}
+
+static PyObject *m_rollout(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+{
+    KernelsObject *self = (KernelsObject *)op;
+    if (nargs != 12) {
+        PyErr_Format(PyExc_TypeError, "rollout() takes 12 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    if (!self->ready || !self->k[NLE].one || !self->k[CRBA].one || !self->k[ABA].one)
+        return PyLong_FromLong(0); /* no forward dynamics: the reference says why */
+    Py_ssize_t n = self->k[ABA].out_n;
+    if (self->k[CRBA].size[0] != n) {
+        PyErr_SetString(PyExc_ValueError, "rollout: needs nq == nv (1-DoF joints only)");
+        return NULL;
+    }
+    /* the number of steps is the rows of A */
+    Py_ssize_t N = PyArray_Check(args[2]) && PyArray_NDIM((PyArrayObject *)args[2]) == 2
+                       ? PyArray_DIM((PyArrayObject *)args[2], 0) : 0;
+    PyObject *law = args[11] == Py_None ? NULL : args[11];
+    if (law != NULL && !PyCallable_Check(law)) {
+        PyErr_SetString(PyExc_TypeError, "rollout: law must be callable or None");
+        return NULL;
+    }
+    int per_step = PyArray_Check(args[4]) && PyArray_NDIM((PyArrayObject *)args[4]) == 2;
+    PyArrayObject *Q, *V, *A, *hit, *tau;
+    if (!(A = rollout_array(args[2], "A", N, n, NPY_DOUBLE, 1)) ||
+        !(Q = rollout_array(args[0], "Q", N + 1, n, NPY_DOUBLE, 1)) ||
+        !(V = rollout_array(args[1], "V", N + 1, n, NPY_DOUBLE, 1)) ||
+        !(hit = rollout_array(args[3], "hit", N, n, NPY_BOOL, 1)) ||
+        !(tau = rollout_array(args[4], "tau", per_step || law ? N : -1, n, NPY_DOUBLE,
+                              law != NULL)))
+        return NULL;
+    double dt = PyFloat_AsDouble(args[5]);
+    long method = PyLong_AsLong(args[6]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (!(dt > 0.0 && isfinite(dt)) || (method != SEMI_IMPLICIT_EULER && method != RK4)) {
+        PyErr_SetString(PyExc_ValueError, "rollout: dt must be positive and finite, the "
+                        "integrator 0 (semi-implicit Euler) or 1 (RK4)");
+        return NULL;
+    }
+    Stepper s = {.nle = self->k[NLE].one, .crba = self->k[CRBA].one, .aba = self->k[ABA].one,
+                 .n = n, .dt = dt};
+    const char *losses[2] = {"damping", "friction"}, *stops[2] = {"lower", "upper"};
+    if (optional_pair(args + 7, losses, n, &s.damping, &s.friction) < 0 ||
+        optional_pair(args + 9, stops, n, &s.lower, &s.upper) < 0)
+        return NULL;
+    for (Py_ssize_t i = 0; s.damping && i < n; i++)
+        s.implicit |= s.damping[i] != 0.0 || s.friction[i] != 0.0;
+    double *scratch = PyMem_RawMalloc(sizeof(double) * (size_t)(n * n + 11 * n + 1));
+    if (scratch == NULL)
+        return PyErr_NoMemory();
+    double **slots[] = {&s.h, &s.rhs, &s.applied, &s.qs, &s.a[0], &s.a[1], &s.a[2], &s.a[3],
+                        &s.vs[0], &s.vs[1], &s.vs[2]};
+    s.M = scratch;
+    for (size_t j = 0; j < sizeof(slots) / sizeof(slots[0]); j++)
+        *slots[j] = scratch + n * n + (Py_ssize_t)j * n;
+    /* the arrays are referenced by the caller's frame; the kernels touch no Python object,
+     * the law is called with the GIL */
+    PyThreadState *thread = PyEval_SaveThread();
+    Py_ssize_t done = run_steps(&s, (int)method, N, PyArray_DATA(Q), PyArray_DATA(V),
+                                PyArray_DATA(A), PyArray_DATA(hit), PyArray_DATA(tau),
+                                per_step || law ? n : 0, law, &thread);
+    if (thread != NULL)
+        PyEval_RestoreThread(thread);
+    PyMem_RawFree(scratch);
+    return done < 0 ? NULL : PyLong_FromSsize_t(done);
+}
+
 static PyMethodDef kernels_methods[] = {
     {"rnea", (PyCFunction)(void (*)(void))m_rnea, METH_FASTCALL | METH_KEYWORDS,
      "rnea(q, v, a, f_ext=None): inverse dynamics tau = M a + C v + g."},
@@ -362,6 +679,13 @@ static PyMethodDef kernels_methods[] = {
      "crba(q): joint-space inertia matrix M(q)."},
     {"aba", (PyCFunction)(void (*)(void))m_aba, METH_FASTCALL | METH_KEYWORDS,
      "aba(q, v, tau, f_ext=None): forward dynamics."},
+    {"rollout", (PyCFunction)(void (*)(void))m_rollout, METH_FASTCALL,
+     "rollout(Q, V, A, hit, tau, dt, integrator, damping, friction, lower, upper, law)\n"
+     "N = len(A) steps from Q[0], V[0] into the rows of Q, V (N+1, nv), A and hit (N, nv);\n"
+     "tau (nv,) held or (N, nv) per step; law: None, or law(k) -> the efforts of step k,\n"
+     "called before it and written to tau[k]; integrator 0: semi-implicit Euler, 1: RK4;\n"
+     "damping, friction and lower, upper: (nv,) arrays, or None (no losses, no stops).\n"
+     "Returns the steps taken: it stops before a step that is not finite (see the source)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -143,6 +143,8 @@ class LiveDynamics:
     def _use(self, implementation: Dynamics) -> None:
         for name in KERNEL_METHODS:
             setattr(self, name, getattr(implementation, name))
+        # the C trampoline object when there is one (simulation.compiled_steps uses it)
+        self.kernels = getattr(implementation, "kernels", None)
         self.kind: str = getattr(implementation, "kind", "python")
 
     def _build(self, kernels: str | None, on_switch: Callable[[str], None] | None) -> None:

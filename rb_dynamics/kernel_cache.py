@@ -262,6 +262,7 @@ class CDynamics:
         self.model, self.ir, self.sources, self.path = plan.model, plan.ir, plan.units, plan.path
         self._library = ctypes.CDLL(str(plan.path))  # kept: the addresses below live in it
         kernels = _ckernels.Kernels(tuple(self._spec(name) for name in KERNELS))
+        self.kernels = kernels  # the trampoline object: also rolls out many steps in C
         self.rnea = kernels.rnea
         self.gravity = kernels.gravity
         self.nonlinear_effects = kernels.nonlinear_effects

@@ -42,7 +42,7 @@ from .constraints import ConstraintSet, constrained_forward_dynamics
 from .control import ControllerError, JointController
 from .conversions import JointLayout, trajectory_points, wrenches_by_link
 from .model import Model
-from .simulation import INTEGRATORS, joint_losses, step
+from .simulation import INTEGRATORS, compiled_steps, joint_losses, step
 
 __all__ = ["MAX_POINTS", "MAX_STEPS", "TORQUE_MODES", "DynamicsServices"]
 
@@ -52,6 +52,7 @@ DEFAULT_TIME_STEP = 1e-3
 DEFAULT_KP, DEFAULT_KD = 100.0, 20.0
 TORQUE_MODES = ("constant", "series", "gravity_compensation", "computed_torque")
 YIELD_EVERY_S = 0.005  # a roll-out hands the executor back this often
+CHUNK_STEPS = 250  # steps per call into the compiled roll-out (~1 ms of work with a law)
 EffortSource = Callable[[float, np.ndarray, np.ndarray], np.ndarray]
 
 
@@ -214,7 +215,13 @@ def _steps(request: Any) -> tuple[float, int, int]:
 
 
 class RollOut:
-    """One ``~/simulate`` request: validated at construction, integrated by ``run``."""
+    """One ``~/simulate`` request: validated at construction, integrated by ``run``.
+
+    A fixed-base model with 1-DoF joints and no constraints rolls out in C
+    (``simulation.compiled_steps``), ``CHUNK_STEPS`` steps per call, the control law called
+    back before each step; anything else, and a step the compiled loop refuses, takes
+    ``simulation.step``.
+    """
 
     def __init__(self, dyn: Dynamics, request: Any,
                  get_constraints: Callable[[Model], ConstraintSet | None]) -> None:
@@ -228,10 +235,14 @@ class RollOut:
         if self.integrator not in INTEGRATORS:
             raise ValueError(f"integrator must be one of {INTEGRATORS}, not "
                              f"{self.integrator!r}")
+        # efforts_at(times): a row per time, for efforts that do not depend on the state
+        self.efforts_at: Callable[[np.ndarray], np.ndarray] | None = None
         self.effort_at = self._effort_source(request)
         self.losses = bool(request.include_losses)
         constraints = get_constraints(model)
         self.constraints = constraints.fresh() if constraints else None
+        self.fast = compiled_steps(dyn, self.integrator, losses=self.losses,
+                                   limits=self.losses, constraints=self.constraints)
         self.worst_violation = 0.0
         self.energy0 = self._energy()
         self.trajectory = JointTrajectory(joint_names=self.layout.names)
@@ -240,41 +251,74 @@ class RollOut:
         return float(dynamics.kinetic_energy(self.model, self.q, self.v)
                      + dynamics.potential_energy(self.model, self.q))
 
-    def _record(self, t: float, a: np.ndarray, tau: np.ndarray) -> None:
-        if not (np.all(np.isfinite(a)) and np.all(np.isfinite(tau))):
+    def _record(self, k0: int, q: np.ndarray, v: np.ndarray, a: np.ndarray,
+                tau: np.ndarray, every: int = 1) -> None:
+        """Points for steps k0, k0 + every, ...: rows of the state at their start (q, v), the
+        acceleration there (a) and their efforts (tau)."""
+        bad = ~(np.isfinite(a).all(axis=1) & np.isfinite(tau).all(axis=1))
+        if bad.any():
+            t = (k0 + every * int(np.argmax(bad))) * self.dt
             raise ValueError(f"the simulation diverged at t = {t:.4f} s (non-finite "
                              "acceleration or effort): lower time_step or the efforts")
-        layout = self.layout
-        point = JointTrajectoryPoint(positions=self.q[layout.q_index].tolist(),
-                                     velocities=layout.out(self.v), accelerations=layout.out(a),
-                                     effort=layout.out(tau))
-        point.time_from_start.sec, point.time_from_start.nanosec = divmod(round(t * 1e9),
-                                                                          1_000_000_000)
-        self.trajectory.points.append(point)
-        if self.constraints:
-            self.worst_violation = max(self.worst_violation,
-                                       self.constraints.violation(self.model, self.q, self.v, t))
+        layout, points = self.layout, self.trajectory.points
+        rows = zip(q[:, layout.q_index].tolist(), v[:, layout.v_index].tolist(),
+                   a[:, layout.v_index].tolist(), tau[:, layout.v_index].tolist())
+        for j, (positions, velocities, accelerations, effort) in enumerate(rows):
+            t = (k0 + every * j) * self.dt
+            point = JointTrajectoryPoint(positions=positions, velocities=velocities,
+                                         accelerations=accelerations, effort=effort)
+            point.time_from_start.sec, point.time_from_start.nanosec = divmod(
+                round(t * 1e9), 1_000_000_000)
+            points.append(point)
+            if self.constraints:
+                self.worst_violation = max(self.worst_violation, self.constraints.violation(
+                    self.model, q[j], v[j], t))
 
     async def run(self, yield_every: float):
         """Integrate every step; yields (to let the caller hand the executor back) every
         ``yield_every`` seconds of work."""
         resumed = time.perf_counter()
-        for k in range(self.steps):
-            t = k * self.dt
-            tau = self.effort_at(t, self.q, self.v)
-            result = step(self.dyn, self.q, self.v, tau, self.dt, self.integrator,
-                          losses=self.losses, limits=self.losses,
-                          constraints=self.constraints, t=t)
-            if not (np.all(np.isfinite(result.q)) and np.all(np.isfinite(result.v))):
-                raise ValueError(f"the simulation diverged at t = {t:.4f} s (non-finite "
-                                 "state): lower time_step or the efforts")
-            if k % self.decimation == 0:
-                self._record(t, result.a, tau)
-            self.q, self.v = result.q, result.v
+        k = 0
+        while k < self.steps:
+            k = self._compiled(k) if self.fast is not None else self._reference_step(k)
             if time.perf_counter() - resumed > yield_every:
                 yield
                 resumed = time.perf_counter()
         self._finish()
+
+    def _compiled(self, k: int) -> int:
+        """Up to CHUNK_STEPS steps from step k in C; the next step to take."""
+        count = min(CHUNK_STEPS, self.steps - k)
+        dt = self.dt
+        if self.efforts_at is not None:
+            trace = self.fast.run(self.q, self.v, self.efforts_at(np.arange(k, k + count) * dt),
+                                  dt, count)
+        else:
+            effort_at = self.effort_at
+            trace = self.fast.run(self.q, self.v, None, dt, count,
+                                  law=lambda j, q, v: effort_at((k + j) * dt, q, v))
+        kept = slice((-k) % self.decimation, trace.steps, self.decimation)
+        self._record(k + kept.start, trace.q[kept], trace.v[kept], trace.a[kept],
+                     trace.tau[kept], self.decimation)
+        self.q, self.v = trace.q[-1].copy(), trace.v[-1].copy()
+        k += trace.steps
+        if trace.steps < count:  # a step the compiled loop refused: the reference's
+            k = self._reference_step(k)
+        return k
+
+    def _reference_step(self, k: int) -> int:
+        """Step k by ``simulation.step``; the next step to take."""
+        t = k * self.dt
+        tau = self.effort_at(t, self.q, self.v)
+        result = step(self.dyn, self.q, self.v, tau, self.dt, self.integrator,
+                      losses=self.losses, limits=self.losses, constraints=self.constraints, t=t)
+        if not (np.all(np.isfinite(result.q)) and np.all(np.isfinite(result.v))):
+            raise ValueError(f"the simulation diverged at t = {t:.4f} s (non-finite "
+                             "state): lower time_step or the efforts")
+        if k % self.decimation == 0:
+            self._record(k, self.q[None], self.v[None], result.a[None], tau[None])
+        self.q, self.v = result.q, result.v
+        return k + 1
 
     def _finish(self) -> None:
         """The final state, with its acceleration under the effort at that instant."""
@@ -287,7 +331,7 @@ class RollOut:
                                        t).qdd
         else:
             a = self.dyn.aba(self.q, self.v, applied)
-        self._record(t, a, tau)
+        self._record(self.steps, self.q[None], self.v[None], a[None], tau[None])
 
     def fill(self, response: Any) -> None:
         response.trajectory = self.trajectory
@@ -302,6 +346,7 @@ class RollOut:
         mode = request.torque_mode or "constant"
         if mode == "constant":
             tau = self.layout.velocities(request.efforts, "efforts")
+            self.efforts_at = lambda times: tau
             return lambda t, q, v: tau
         if mode == "series":
             return self._series(request)
@@ -329,12 +374,12 @@ class RollOut:
         table = np.zeros((times.size, self.model.nv))
         table[:, self.layout.v_index] = rows.reshape(times.size, n)
 
-        def series(t, q, v):
-            # the row in force at t; before the first time, the first row
-            k = max(int(np.searchsorted(times, t + 1e-12, side="right")) - 1, 0)
-            return table[k]
+        def rows_at(at: np.ndarray) -> np.ndarray:
+            # the row in force at each time; before the first time, the first row
+            return table[np.maximum(np.searchsorted(times, at + 1e-12, side="right") - 1, 0)]
 
-        return series
+        self.efforts_at = rows_at
+        return lambda t, q, v: rows_at(np.array([t]))[0]
 
     def _control_law(self, request: Any, mode: str) -> EffortSource:
         """The node's controller (the one control law): validated gains and reference,

@@ -308,9 +308,10 @@ class ServoSimulator(Simulator):
             JointCommand(index, values), self.time)[EFFORT]
         return clamped
 
-    @property
-    def applied_effort(self) -> np.ndarray:
-        return self.drives.effort(self.q, self.v, self.time)
+    state_feedback = True  # the drives' effort depends on the state
+
+    def effort_at(self, t: float, q: np.ndarray, v: np.ndarray) -> np.ndarray:
+        return self.drives.effort(q, v, t)
 
     @property
     def command_timed_out(self) -> bool:

@@ -13,11 +13,18 @@ as resisting torques. A ``ConstraintSet`` (loop closures, fixed points, welds, c
 replaces the free acceleration by the constrained one at every stage. Position limits act as
 inelastic stops: a joint that would pass a limit is put on it and its velocity into the limit
 is zeroed (with constraints, a stop can open a loop: keep loops away from the limits).
+
+``step`` is the readable reference. ``compiled_steps`` gives the fast path for the common case
+(a fixed-base model with 1-DoF joints, C kernels, no constraints or external wrenches): many
+steps of ``step`` in one call into C (``Kernels.rollout`` in ``_ckernels.c``), equal to ``step``
+to rounding (the implicit-loss solve there is a Cholesky, here an LU solve). ``Simulator``
+and ``~/simulate`` use it when it applies.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,9 +37,12 @@ from .spatial import quat_to_matrix, skew
 
 __all__ = [
     "INTEGRATORS",
+    "CompiledSteps",
     "SimulationStep",
     "Simulator",
+    "Trace",
     "apply_position_limits",
+    "compiled_steps",
     "integrate",
     "joint_losses",
     "normalize_configuration",
@@ -248,6 +258,84 @@ def step(
     return SimulationStep(q_next, v_next, a, hit)
 
 
+@dataclass
+class Trace:
+    """Consecutive steps: states ``q``, ``v`` (steps + 1 rows, row 0 the start), and per step
+    the acceleration at its start ``a``, the efforts it applied ``tau`` and the joints that hit
+    a stop ``limit_hit``."""
+
+    q: np.ndarray
+    v: np.ndarray
+    a: np.ndarray
+    tau: np.ndarray
+    limit_hit: np.ndarray
+
+    @property
+    def steps(self) -> int:
+        return len(self.a)
+
+
+ONE_COORDINATE_JOINTS = ("revolute", "prismatic")
+
+
+def compiled_steps(dyn: Dynamics, method: str, *, losses: bool = True, limits: bool = True,
+                   constraints: ConstraintSet | None = None,
+                   f_ext=None) -> CompiledSteps | None:
+    """The compiled roll-out of ``step`` with these options, or None where only ``step``
+    applies: no C kernels (``dyn.kernels``), constraints, external wrenches, or a joint with
+    more than one coordinate (free-flyer, planar)."""
+    kernels = getattr(dyn, "kernels", None)
+    if (kernels is None or not hasattr(kernels, "rollout") or constraints or f_ext
+            or method not in INTEGRATORS
+            or not all(kind in ONE_COORDINATE_JOINTS for kind in dyn.model.joint_kinds)):
+        return None
+    return CompiledSteps(dyn, kernels, method, losses, limits)
+
+
+class CompiledSteps:
+    """``step`` repeated in C: one call into the model's compiled kernels for many steps.
+
+    Built by ``compiled_steps``. Each step is ``step``'s with the same options, in the same
+    order of operations. The compiled loop stops before a step it cannot take as the reference
+    would (a non-finite input or result, an effective inertia that is not positive definite):
+    the caller takes that step with ``step``, which raises or answers as it always does. The
+    model's damping, friction and position limits are read at each call.
+    """
+
+    def __init__(self, dyn: Dynamics, kernels, method: str, losses: bool, limits: bool):
+        self.dyn, self.kernels, self.method = dyn, kernels, method
+        self.losses, self.limits = losses, limits
+        self._integrator = INTEGRATORS.index(method)  # 0, 1 as _ckernels expects
+
+    def run(self, q: np.ndarray, v: np.ndarray, tau: np.ndarray | None, dt: float,
+            steps: int, law: Callable[[int, np.ndarray, np.ndarray], np.ndarray] | None = None,
+            ) -> Trace:
+        """Up to ``steps`` steps from (q, v) under ``tau``: (nv,) held, or (steps, nv) one row
+        per step; or, with a ``law``, under ``law(k, q_k, v_k)`` for step k (a state feedback:
+        called from C before each step, its exceptions propagate). Fewer steps when the
+        compiled loop stops (see the class): step ``trace.steps`` is then the reference's."""
+        model = self.dyn.model
+        n = model.nv
+        Q, V = np.empty((steps + 1, n)), np.empty((steps + 1, n))
+        A, hit = np.empty((steps, n)), np.zeros((steps, n), dtype=bool)
+        Q[0], V[0] = q, v
+        row_law = None
+        if law is not None:
+            tau = np.empty((steps, n))
+            row_law = lambda k: law(k, Q[k], V[k])  # noqa: E731 - the C loop calls it
+        else:
+            tau = np.ascontiguousarray(tau, dtype=float)
+        losses = (model.damping, model.friction) if self.losses else (None, None)
+        stops = (model.position_lower, model.position_upper) if self.limits else (None, None)
+        done = self.kernels.rollout(Q, V, A, hit, tau, float(dt), self._integrator, *losses,
+                                    *stops, row_law)
+        if tau.ndim == 1:  # held: a read-only view, one row per step
+            tau = np.broadcast_to(tau, (steps, n))
+        if done < steps:
+            return Trace(Q[:done + 1], V[:done + 1], A[:done], tau[:done], hit[:done])
+        return Trace(Q, V, A, tau, hit)
+
+
 class Simulator:
     """A model's state advanced in fixed steps under held effort commands.
 
@@ -288,11 +376,20 @@ class Simulator:
         self.command_time = self.time
         return self.command != tau
 
-    @property
-    def applied_effort(self) -> np.ndarray:
-        if self.time - self.command_time > self.command_timeout:
+    # True when ``effort_at`` depends on the state (a subclass with joint servos): the compiled
+    # roll-out then calls it back before each step instead of tabulating it ahead
+    state_feedback = False
+
+    def effort_at(self, t: float, q: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """The effort applied at time ``t`` in the state (q, v): the held command, zero once
+        it is older than ``command_timeout``."""
+        if t - self.command_time > self.command_timeout:
             return np.zeros(self.model.nv)
         return self.command
+
+    @property
+    def applied_effort(self) -> np.ndarray:
+        return self.effort_at(self.time, self.q, self.v)
 
     @property
     def command_timed_out(self) -> bool:
@@ -301,12 +398,37 @@ class Simulator:
     def advance(self, duration: float, max_steps: int = 1000) -> int:
         """Advance by ``duration`` seconds in steps of dt (at most ``max_steps``)."""
         steps = min(round(duration / self.dt), max_steps)
-        for _ in range(steps):
+        done = 0
+        fast = compiled_steps(self.dynamics, self.integrator, constraints=self.constraints)
+        if fast is not None and steps > 0:
+            done = self._advance_compiled(fast, steps)
+        for _ in range(steps - done):  # the reference: no fast path, or from a refused step
             result = step(self.dynamics, self.q, self.v, self.applied_effort, self.dt,
                           self.integrator, constraints=self.constraints, t=self.time)
             self.q, self.v, self.a, self.limit_hit = result.q, result.v, result.a, result.limit_hit
             self.time += self.dt
         return steps
+
+    def _advance_compiled(self, fast: CompiledSteps, steps: int) -> int:
+        """Up to ``steps`` steps in C; the steps taken (the reference takes the rest)."""
+        # the times at the start of each step as the reference loop accumulates them (an
+        # accumulate adds in order), and the effort each one applies
+        times = np.add.accumulate(np.r_[self.time, np.full(steps, self.dt)])
+        if self.state_feedback:
+            starts = times.tolist()
+            trace = fast.run(self.q, self.v, None, self.dt, steps,
+                             law=lambda k, q, v: self.effort_at(starts[k], q, v))
+        else:
+            timed_out = times[:-1] - self.command_time > self.command_timeout
+            tau = np.where(timed_out[:, None], 0.0, self.command) if timed_out.any() \
+                else self.command
+            trace = fast.run(self.q, self.v, tau, self.dt, steps)
+        done = trace.steps
+        if done:
+            self.q, self.v = trace.q[done].copy(), trace.v[done].copy()
+            self.a, self.limit_hit = trace.a[done - 1].copy(), trace.limit_hit[done - 1].copy()
+            self.time = float(times[done])
+        return done
 
     def constraint_violation(self) -> float:
         """Largest |φ| (m, rad) or |A q̇ − c| of the constraints at the current state."""
