@@ -1,6 +1,6 @@
 """Simulator speed on panda: steps per second (as a real-time factor at 1 kHz) with
-semi-implicit Euler and RK4, and the ~/simulate service answering a 5 s roll-out at 1 ms
-(hosted by test/services_host.py: DynamicsServices alone, as the control node hosts it).
+semi-implicit Euler and RK4, and the control node's ~/simulate service answering a 5 s
+roll-out at 1 ms.
 
     python benchmarks/bench_simulation.py
 """
@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 import random
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,44 +37,36 @@ def steps_per_second(model, integrator: str, seconds: float = 3.0) -> float:
 
 
 def rollout_service_seconds(urdf: Path) -> dict[str, float]:
-    """Seconds from call to answer of ~/simulate, 5 s at 1 ms with every point (5001), on a
-    node that hosts only the services (test/services_host.py), per integrator."""
+    """Seconds from call to answer of ~/simulate, 5 s at 1 ms with every point (5001), on the
+    control node once its compiled kernels are in, per integrator."""
     os.environ.setdefault("ROS_DOMAIN_ID", str(random.SystemRandom().randint(50, 200)))
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     os.environ.setdefault("ROS_LOG_DIR", tempfile.mkdtemp(prefix="rb_bench_sim_"))
-    from ros_harness import Peer
+    from ros_harness import control_node
 
     from rb_dynamics_interfaces.srv import Simulate
 
-    host = subprocess.Popen([sys.executable, str(ROOT / "test" / "services_host.py"), str(urdf),
-                             "--ros-args", "-r", "__node:=rb_dynamics_bench"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    peer = Peer("bench_simulation")
+    node = control_node(Path(tempfile.mkdtemp(prefix="rb_bench_sim_")),
+                        {"urdf_path": str(urdf)}, name="rb_dynamics_bench")
     try:
-        client = peer.node.create_client(Simulate, "rb_dynamics_bench/simulate")
+        assert node.wait_for_log("dynamics kernels: c", 120.0), node.output()
         model = load_model(urdf)
         positions = [0.0, -0.4, 0.0, -2.0, 0.0, 1.6, 0.8, 0.02]
-        peer.call(client, Simulate.Request(joint_names=model.joint_names, positions=positions,
-                                           duration=0.01), timeout=30)
+        node.call(Simulate, "~/simulate", Simulate.Request(
+            joint_names=model.joint_names, positions=positions, duration=0.01), timeout=30)
         times = {}
         for integrator in ("semi_implicit_euler", "rk4"):
             request = Simulate.Request(joint_names=model.joint_names, positions=positions,
                                        torque_mode="gravity_compensation", duration=5.0,
                                        time_step=0.001, integrator=integrator)
             start = time.perf_counter()
-            answer = peer.call(client, request, timeout=60)
+            answer = node.call(Simulate, "~/simulate", request, timeout=60)
             times[integrator] = time.perf_counter() - start
             assert answer.success, answer.message
             assert len(answer.trajectory.points) == 5001
         return times
     finally:
-        peer.close()
-        host.send_signal(signal.SIGINT)
-        try:
-            host.wait(5)
-        except subprocess.TimeoutExpired:
-            host.kill()
-            host.wait()
+        node.close()
 
 
 def main() -> int:
