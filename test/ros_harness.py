@@ -55,6 +55,7 @@ STOP_LIMIT_S = 2.0  # the README promises a stop within 2 s of SIGINT/SIGTERM
 LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL,
                      reliability=ReliabilityPolicy.RELIABLE)
 _serial = itertools.count()
+_open: list[Session] = []  # sessions not closed yet, oldest first
 
 
 def fresh_name(base: str) -> str:
@@ -235,6 +236,7 @@ class Session:
         self._clients: dict[str, Any] = {}
         self.state_qos, self.states_topic = state_qos, states_topic
         self.commands_topic = commands_topic
+        _open.append(self)
 
     # -- topics and services, made on first use --------------------------------------
 
@@ -302,15 +304,16 @@ class Session:
     def commands(self) -> list:
         return self.received(Float64MultiArray, self.commands_topic)
 
-    def send_state(self, names, q, v=None, stamp_ns: int = 0) -> None:
+    def send_state(self, names, q, v=None, stamp_ns: int = 0, topic: str | None = None) -> None:
         msg = JointState(name=list(names), position=[float(x) for x in q])
         if v is not None:
             msg.velocity = [float(x) for x in v]
         msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(stamp_ns, 1_000_000_000)
-        self.publish_state(msg)
+        self.publish_state(msg, topic)
 
-    def publish_state(self, msg: JointState) -> None:
-        self.publisher(JointState, self.states_topic, self.state_qos).publish(msg)
+    def publish_state(self, msg: JointState, topic: str | None = None) -> None:
+        """On ``topic``, or where the controller hears joint states."""
+        self.publisher(JointState, topic or self.states_topic, self.state_qos).publish(msg)
 
     def command_after(self, names, q, v=None, timeout: float = 8.0,
                       stamp_ns: int = 0) -> np.ndarray | None:
@@ -342,11 +345,33 @@ class Session:
     def close(self, sig: int = signal.SIGINT) -> float:
         """Stop the node (SIGINT, or ``sig``); it must be gone within STOP_LIMIT_S with exit
         code 0."""
+        _open.remove(self)  # (closing twice is a mistake of the test: ValueError)
         self.peer.close()
         seconds = self.process.stop(sig=sig)
         assert seconds < STOP_LIMIT_S, f"took {seconds:.2f} s to stop\n{self.output()}"
         assert self.process.proc.returncode == 0, self.output()
         return seconds
+
+    def kill(self) -> None:
+        """SIGKILL the node (a crash), and close the peer."""
+        _open.remove(self)
+        self.peer.close()
+        self.process.proc.kill()
+        self.process.proc.wait()
+
+
+def open_sessions() -> list[Session]:
+    return list(_open)
+
+
+def abandon(sessions: list[Session]) -> None:
+    """Stop, unchecked, sessions a failed test left open: their nodes would otherwise outlive
+    the test run and go on answering (a latched /robot_description, say) in later tests."""
+    for session in sessions:
+        if session in _open:
+            _open.remove(session)
+            session.peer.close()
+            session.process.stop(timeout=2.0)
 
 
 def close_all(*sessions: Session, sig: int = signal.SIGINT) -> None:

@@ -40,9 +40,7 @@ def test_controller_stops_when_the_simulator_dies_and_resumes_with_a_new_one(tmp
     control.statuses()  # subscribed from here on
     try:
         assert control.wait_for(lambda: len(commands) > 50, 20), control.output() + sim.output()
-        sim.process.proc.send_signal(signal.SIGKILL)
-        sim.process.proc.wait()
-        sim.peer.close()
+        sim.kill()
         killed = time.monotonic()
 
         def late() -> list:  # nothing is published without state
