@@ -85,6 +85,9 @@ def host(tmp_path_factory):
     urdf.write_text(four_bar_urdf())
     session = control_node(directory, {"urdf_path": str(urdf), "gravity": GRAVITY,
                                        "loop_constraints": CONSTRAINTS})
+    # the node's final kernels (compiled, where there is a compiler): the reference answers
+    # until they are built
+    assert session.wait_for_log("dynamics kernels: ", 120.0), session.output()
     yield session
     session.close()
 
