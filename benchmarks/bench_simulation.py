@@ -2,7 +2,7 @@
 and real-time factor of semi-implicit Euler and RK4, on the compiled roll-out
 (``simulation.compiled_steps``: the step loop in C) and on ``simulation.step`` (Python around the
 same C kernels); then the ~/simulate service answering a 5 s roll-out at 1 ms with every point
-(5,001), hosted by test/services_host.py (DynamicsServices alone, as the control node hosts it),
+(5,001), on the control node once its compiled kernels are in,
 and where that time goes, measured in this process: the roll-out itself, building the answer's
 points, serialising the answer, and the client's deserialisation.
 
@@ -19,8 +19,6 @@ import asyncio
 import json
 import os
 import random
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -134,23 +132,21 @@ def rollout_breakdown(dyn, mode: str, integrator: str) -> dict[str, float]:
 
 def rollout_service_seconds(urdf: Path, repeat: int = 3) -> dict[tuple[str, str], float]:
     """Seconds from call to answer of ~/simulate (best of ``repeat``), 5 s at 1 ms with every
-    point (5,001), on a node that hosts only the services (test/services_host.py)."""
+    point (5,001), on the control node once its compiled kernels are in."""
     os.environ.setdefault("ROS_DOMAIN_ID", str(random.SystemRandom().randint(50, 200)))
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     os.environ.setdefault("ROS_LOG_DIR", tempfile.mkdtemp(prefix="rb_bench_sim_"))
-    from ros_harness import Peer
+    from ros_harness import control_node
 
     from rb_dynamics_interfaces.srv import Simulate
 
-    host = subprocess.Popen([sys.executable, str(ROOT / "test" / "services_host.py"), str(urdf),
-                             "--ros-args", "-r", "__node:=rb_dynamics_bench"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    peer = Peer("bench_simulation")
+    node = control_node(Path(tempfile.mkdtemp(prefix="rb_bench_sim_")),
+                        {"urdf_path": str(urdf)}, name="rb_dynamics_bench")
     try:
-        client = peer.node.create_client(Simulate, "rb_dynamics_bench/simulate")
+        assert node.wait_for_log("dynamics kernels: c", 120.0), node.output()
         model = load_model(urdf)
-        peer.call(client, Simulate.Request(joint_names=model.joint_names, positions=POSITIONS,
-                                           duration=0.01), timeout=60)
+        node.call(Simulate, "~/simulate", Simulate.Request(
+            joint_names=model.joint_names, positions=POSITIONS, duration=0.01), timeout=60)
         times = {}
         for mode in MODES:
             for integrator in ("semi_implicit_euler", "rk4"):
@@ -158,20 +154,14 @@ def rollout_service_seconds(urdf: Path, repeat: int = 3) -> dict[tuple[str, str]
                 best = float("inf")
                 for _ in range(repeat):
                     start = time.perf_counter()
-                    answer = peer.call(client, request, timeout=60)
+                    answer = node.call(Simulate, "~/simulate", request, timeout=60)
                     best = min(best, time.perf_counter() - start)
                     assert answer.success, answer.message
                     assert len(answer.trajectory.points) == 5001
                 times[mode, integrator] = best
         return times
     finally:
-        peer.close()
-        host.send_signal(signal.SIGINT)
-        try:
-            host.wait(5)
-        except subprocess.TimeoutExpired:
-            host.kill()
-            host.wait()
+        node.close()
 
 
 def main() -> int:

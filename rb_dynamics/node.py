@@ -88,6 +88,9 @@ PARAMETERS: dict[str, ParameterSpec] = {
     "dynamics_kernels": ParameterSpec(
         "string", "auto", "auto: generated kernels once built (the reference meanwhile); "
         "reference: the readable algorithms only", read_only=True, choices=KERNEL_CHOICES),
+    "gravity": ParameterSpec(
+        "double[]", [0.0, 0.0, -9.81], "m/s², in the root frame (a wall- or ceiling-mounted "
+        "arm: tilt it)", read_only=True),
     "mode": ParameterSpec("string", "gravity_compensation", "control law",
                           choices=CONTROL_MODES),
     "kp": ParameterSpec("double[]", [100.0], "position gains (1/s²), one per joint or one "
@@ -214,7 +217,8 @@ class DynamicsNode(LifecycleNode):
     def _install(self, source: str, origin: str, changes: dict[str, Any]) -> None:
         """Load and swap in a new model; on any error keep the old one and say why."""
         try:
-            model = load_model(source, floating_base=self.get_parameter("floating_base").value)
+            model = load_model(source, floating_base=self.get_parameter("floating_base").value,
+                               gravity=self.get_parameter("gravity").value)
             dynamics = LiveDynamics(model, self.get_parameter("dynamics_kernels").value,
                                     on_switch=self._on_kernels)
             controller = self._build_controller(model, dynamics, changes)

@@ -6,7 +6,10 @@ installed distribution wants it (rb_dynamics.ros_env): Jazzy warns about Humble'
 """
 
 import os
+import sys
 import tempfile
+
+import pytest
 
 from rb_dynamics.ros_env import keep_local
 
@@ -17,10 +20,19 @@ os.environ.setdefault("ROS_LOG_DIR", tempfile.mkdtemp(prefix="rb_dynamics_ros_lo
 os.environ["RB_DYNAMICS_CACHE"] = tempfile.mkdtemp(prefix="rb_dynamics_kernels_")
 
 
+@pytest.fixture(autouse=True)
+def _stop_what_a_test_left_running():
+    """Nodes a test started and did not close (it failed half-way) are stopped after it."""
+    harness = sys.modules.get("ros_harness")
+    before = set(harness.open_sessions()) if harness else set()
+    yield
+    harness = sys.modules.get("ros_harness")
+    if harness:
+        harness.abandon([s for s in harness.open_sessions() if s not in before])
+
+
 def pytest_terminal_summary(terminalreporter) -> None:
     """The worst relative error against Pinocchio per quantity and model, when measured."""
-    import sys
-
     module = sys.modules.get("test_dynamics_pinocchio")
     accuracy = getattr(module, "ACCURACY", None)
     if not accuracy:

@@ -7,13 +7,17 @@ Joint order can differ, so everything is mapped by joint name.
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 import re
 import sys
+from pathlib import Path
 
 import numpy as np
 import pinocchio as pin
+import pytest
+from urdf_samples import kitchen_sink_urdf
 
 from rb_dynamics.joints import JOINT_DIMENSIONS
 from rb_dynamics.model import Model, load_model
@@ -47,6 +51,74 @@ REAL_ROBOTS = {
     "solo12": ("solo_description/robots/solo12.urdf", True),
     "talos": ("talos_data/robots/talos_reduced.urdf", True),
 }
+
+
+TILTED_GRAVITY = np.array([1.2, -2.0, -9.5])  # the kitchen sink's: a tilted mount
+
+
+def oracle_models() -> list:
+    """pytest params of the models checked against Pinocchio: the real robots and the
+    kitchen-sink URDF (fixed and free-flying root); ``load_case`` builds one."""
+    params = [pytest.param((name, lambda rel=rel: Path(robots_dir(), rel).read_text(), floating),
+                           id=name) for name, (rel, floating) in REAL_ROBOTS.items()]
+    return params + [
+        pytest.param(("kitchen_sink", kitchen_sink_urdf, False), id="kitchen_sink"),
+        pytest.param(("kitchen_sink_ff", lambda: kitchen_sink_urdf(with_floating=False), True),
+                     id="kitchen_sink_floating_base")]
+
+
+def load_case(param: tuple) -> tuple[str, Model, str]:
+    """(name, model, URDF) of an ``oracle_models`` param; the kitchen sink in tilted gravity."""
+    name, load_xml, floating = param
+    xml = load_xml()
+    model = load_model(xml, floating_base=floating)
+    if name.startswith("kitchen"):
+        model.gravity = TILTED_GRAVITY.copy()
+    return name, model, xml
+
+
+class WorstErrors(dict):
+    """The worst relative error per (model, quantity) so far; ``record`` also holds each one
+    to its tolerance."""
+
+    def record(self, robot: str, quantity: str, err: float, tol: float) -> None:
+        self[(robot, quantity)] = max(self.get((robot, quantity), 0.0), err)
+        assert err <= tol, f"{robot} {quantity}: relative error {err:.3e} > {tol}"
+
+    def report(self, title: str) -> None:
+        if self:
+            print(f"\n{title}, worst relative error per model and quantity:")
+            for (robot, quantity), err in sorted(self.items()):
+                print(f"  {robot:<16} {quantity:<26} {err:.2e}")
+
+
+@functools.lru_cache
+def pinocchio_arm(path: str | os.PathLike) -> pin.Model:
+    """Pinocchio's model of a fixed-base URDF (mimic joints follow their leader)."""
+    return pin.buildModelFromUrdf(str(path), mimic=True)
+
+
+def v_indices(pm: pin.Model, names: list[str]) -> list[int]:
+    """Pinocchio's velocity index of each named one-coordinate joint."""
+    return [pm.joints[pm.getJointId(name)].idx_v for name in names]
+
+
+def arm_torques(path: str | os.PathLike, names: list[str], q, v=None, a=None,
+                limit=None) -> np.ndarray:
+    """Pinocchio's inverse dynamics τ = M(q) q̈ + C(q, q̇) q̇ + g(q) of a fixed-base arm, with
+    q, q̇, q̈ and τ ordered as ``names`` (joints not named at 0; q̇ = q̈ = 0 unless given, so
+    τ = g(q)); clamped to ±``limit`` (ordered as ``names``) when given."""
+    pm = pinocchio_arm(os.fspath(path))
+    ids = [pm.getJointId(name) for name in names]
+    qi, vi = [pm.joints[j].idx_q for j in ids], [pm.joints[j].idx_v for j in ids]
+    q_pin, v_pin, a_pin = np.zeros(pm.nq), np.zeros(pm.nv), np.zeros(pm.nv)
+    q_pin[qi] = q
+    if v is not None:
+        v_pin[vi] = v
+    if a is not None:
+        a_pin[vi] = a
+    tau = pin.rnea(pm, pm.createData(), q_pin, v_pin, a_pin)[vi]
+    return tau if limit is None else np.clip(tau, -np.asarray(limit), np.asarray(limit))
 
 
 class Oracle:
@@ -129,6 +201,39 @@ class Oracle:
             return self.pm, self.pd, self.q(q), self.v(v)
         qp, vp = self.full_state(q, v)
         return self.full.pm, self.full.pd, qp, vp
+
+    def mass_matrix(self, q: np.ndarray) -> np.ndarray:
+        """Pinocchio's M(q) (CRBA fills the upper triangle), in our order."""
+        M = pin.crba(self.pm, self.pd, self.q(q))
+        return self.matrix(np.triu(M) + np.triu(M, 1).T)
+
+    def forward_dynamics(self, q: np.ndarray, v: np.ndarray, tau: np.ndarray,
+                         f_ext: dict[str, np.ndarray] | None = None) -> np.ndarray:
+        """q̈ = M⁻¹(τ − b) from Pinocchio's own terms (its ABA refuses mimic joints)."""
+        forces = [] if f_ext is None else [self.fext(f_ext)]
+        bias = pin.rnea(self.pm, self.pd, self.q(q), self.v(v), np.zeros(self.pm.nv), *forces)
+        return np.linalg.solve(self.mass_matrix(q), tau - self.from_v(bias))
+
+    def aba(self, q: np.ndarray, v: np.ndarray, tau: np.ndarray,
+            f_ext: dict[str, np.ndarray] | None = None) -> np.ndarray:
+        """Pinocchio's own ABA (models without mimic joints), in our order."""
+        forces = [] if f_ext is None else [self.fext(f_ext)]
+        return self.from_v(pin.aba(self.pm, self.pd, self.q(q), self.v(v), self.v(tau), *forces))
+
+    def references(self, q: np.ndarray, v: np.ndarray, a: np.ndarray | None = None,
+                   tau: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """Pinocchio's τ (rnea), g, C q̇ + g (nle), M (crba) and q̈ (aba) at a state, in our
+        order (q̈ = a = τ = 0 unless given)."""
+        pm, pd, qp, vp = self.pm, self.pd, self.q(q), self.v(v)
+        a = np.zeros(pm.nv) if a is None else a
+        tau = np.zeros(pm.nv) if tau is None else tau
+        return {
+            "rnea": self.from_v(pin.rnea(pm, pd, qp, vp, self.v(a))),
+            "gravity": self.from_v(pin.computeGeneralizedGravity(pm, pd, qp)),
+            "nle": self.from_v(pin.nonLinearEffects(pm, pd, qp, vp)),
+            "crba": self.mass_matrix(q),
+            "aba": self.forward_dynamics(q, v, tau),
+        }
 
     def fext(self, f_ext: dict[str, np.ndarray]) -> list:
         """Link-frame wrenches [f; τ] → Pinocchio forces per joint, in the joint frame."""

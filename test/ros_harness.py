@@ -2,12 +2,19 @@
 
 ``Session`` is the one way the tests meet a node: the node in its own process (``NodeProcess``)
 and the test's own rclpy node (``Peer``) with publishers, subscriptions and clients made on
-first use by name, the parameter calls, the state → command exchange of a controller, and
-``close`` that asserts the node stops cleanly within ``STOP_LIMIT_S`` of SIGINT.
+first use by name, the parameter calls, the state → command exchange of a controller, the
+node's own diagnostics, and ``close`` that asserts the node stops cleanly within
+``STOP_LIMIT_S`` of SIGINT. ``control_node`` and ``simulator`` start the package's two nodes
+under names of their own.
+
+Waits are on events (a message, a log line, an answer, a list that stops growing); where a test
+shows that something does NOT happen it waits, bounded, for that very event:
+``assert not session.wait_for(lambda: <it happened>, t)``.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -21,12 +28,14 @@ from typing import Any
 
 import numpy as np
 import rclpy
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rcl_interfaces.msg import Parameter as ParameterMsg
 from rcl_interfaces.msg import ParameterType, ParameterValue
 from rcl_interfaces.srv import SetParametersAtomically
 from rclpy.executors import SingleThreadedExecutor
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
-from std_msgs.msg import Float64MultiArray
+from std_msgs.msg import Float64MultiArray, String
 
 from rb_dynamics.ros_env import keep_local
 
@@ -42,6 +51,17 @@ def write_params(directory: Path, node_name: str, params: dict) -> Path:
 
 
 STOP_LIMIT_S = 2.0  # the README promises a stop within 2 s of SIGINT/SIGTERM
+# how robot_state_publisher offers /robot_description: the last one, to late joiners too
+LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL,
+                     reliability=ReliabilityPolicy.RELIABLE)
+_serial = itertools.count()
+_open: list[Session] = []  # sessions not closed yet, oldest first
+
+
+def fresh_name(base: str) -> str:
+    """A node name no other node of this test session has (no answers from an earlier test's
+    node, nor from its lingering discovery data)."""
+    return f"{base}_{next(_serial)}"
 
 
 def answer_after(peer: Peer, send: Callable[[], None], answers: list, timeout: float = 5.0):
@@ -63,8 +83,12 @@ def answer_after(peer: Peer, send: Callable[[], None], answers: list, timeout: f
 class NodeProcess:
     """A node of this package in its own process, stopped by SIGINT then SIGKILL."""
 
-    def __init__(self, module: str, params_file: Path | None = None, *extra: str):
-        cmd = [sys.executable, "-m", module, "--ros-args"]
+    def __init__(self, module: str, params_file: Path | None = None, *extra: str,
+                 prelude: str = ""):
+        # ``prelude``: Python run first in the child (say, hiding a package it could import)
+        launcher = ["-c", f"{prelude}\nimport runpy\nrunpy.run_module({module!r}, "
+                    "run_name='__main__', alter_sys=True)"] if prelude else ["-m", module]
+        cmd = [sys.executable, *launcher, "--ros-args"]
         if params_file is not None:
             cmd += ["--params-file", str(params_file)]
         cmd += list(extra)
@@ -76,11 +100,11 @@ class NodeProcess:
     def output(self) -> str:
         return Path(self.log.name).read_text(errors="replace")
 
-    def stop(self, timeout: float = 5.0) -> float:
-        """SIGINT, wait; SIGKILL if it hangs. Returns the seconds the shutdown took."""
+    def stop(self, timeout: float = 5.0, sig: int = signal.SIGINT) -> float:
+        """``sig``, wait; SIGKILL if it hangs. Returns the seconds the shutdown took."""
         start = time.monotonic()
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
+            self.proc.send_signal(sig)
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
@@ -118,18 +142,22 @@ class Peer:
                 break
         return len(growing)
 
-    def call(self, client, request, timeout: float = 10.0):
-        """Call and wait for the answer. wait_for_service only says the server hears requests;
-        its response writer may not have matched this client's reader yet, and a response
-        sent then is lost (DDS discovery is per endpoint). So the first call of each client
-        waits a moment after discovery, and a call unanswered for a while is sent once more
-        (every service here is a pure function of its request)."""
+    def ready(self, client, timeout: float = 10.0) -> None:
+        """Wait until ``client`` can be called. wait_for_service only says the server hears
+        requests; its response writer may not have matched this client's reader yet, and a
+        response sent then is lost (DDS discovery is per endpoint). So the first call of each
+        client waits a moment after discovery (the only fixed wait of the harness)."""
         if not client.wait_for_service(timeout_sec=timeout):
             raise TimeoutError(f"service {client.srv_name} not available")
-        if id(client) not in self._called:  # (the only fixed wait: see the docstring)
+        if id(client) not in self._called:
             self._called.add(id(client))
             discovery = time.monotonic() + 0.3
             self.wait_for(lambda: time.monotonic() > discovery, 0.3)
+
+    def call(self, client, request, timeout: float = 10.0):
+        """Call and wait for the answer (``ready`` first); a call unanswered for a while is
+        sent once more (every service here is a pure function of its request)."""
+        self.ready(client, timeout)
         deadline = time.monotonic() + timeout
         future = client.call_async(request)
         self.wait_for(future.done, min(timeout / 2, 5.0))
@@ -148,7 +176,8 @@ class Peer:
         rclpy.shutdown(context=self.context)
 
 
-def _parameter_value(value: Any) -> ParameterValue:
+def parameter_value(value: Any) -> ParameterValue:
+    """A Python value as the typed ParameterValue a node is sent (numbers in a list: double[])."""
     pv = ParameterValue()
     if isinstance(value, str):
         pv.type, pv.string_value = ParameterType.PARAMETER_STRING, value
@@ -166,27 +195,52 @@ def _parameter_value(value: Any) -> ParameterValue:
     return pv
 
 
+class Stream:
+    """A driver publishing the same joint state every ``period`` s on the peer's executor (it
+    runs while the test waits); ``sent`` counts the states, ``stop`` ends it."""
+
+    def __init__(self, session: Session, names, q, period: float) -> None:
+        self.sent = 0
+        msg = JointState(name=list(names), position=[float(x) for x in q])
+        publisher = session.publisher(JointState, session.states_topic, session.state_qos)
+
+        def publish() -> None:
+            publisher.publish(msg)
+            self.sent += 1
+
+        self.peer = session.peer
+        self.timer = session.peer.node.create_timer(period, publish)
+
+    def stop(self) -> None:
+        self.peer.node.destroy_timer(self.timer)
+
+
 class Session:
     """A node of this package in its own process and the test's peer wired to it.
 
-    ``module`` runs with ``params`` (written to a file in ``directory``) under the name
-    ``name`` (``-r __node:=name``, so that the nodes of different tests never answer each
-    other; ``default_name`` is the node's own). Topics and services relative to the node
-    (``~/x``) are spelled ``name/x`` here.
+    ``module`` runs with ``params`` (a dict written to a file in ``directory``, or a parameter
+    file as it is) under the name ``name`` (``-r __node:=name``, so that the nodes of different
+    tests never answer each other; ``default_name`` is the node's own). Topics and services
+    relative to the node (``~/x``) are spelled ``name/x`` here. A controller hears joint states
+    on ``states_topic`` (with ``state_qos``) and sends efforts on ``commands_topic``.
     """
 
-    def __init__(self, module: str, directory: Path, params: dict | None = None, *extra: str,
-                 name: str | None = None, default_name: str = "rb_dynamics",
-                 state_qos: Any = 10) -> None:
+    def __init__(self, module: str, directory: Path, params: dict | Path | None = None,
+                 *extra: str, name: str | None = None, default_name: str = "rb_dynamics",
+                 state_qos: Any = 10, states_topic: str = "joint_states",
+                 commands_topic: str = "~/effort_commands", prelude: str = "") -> None:
         self.name = name or default_name
         args = [*extra] + (["-r", f"__node:={name}"] if name else [])
-        params_file = write_params(directory, self.name, params) if params is not None else None
-        self.process = NodeProcess(module, params_file, *args)
+        params_file = (write_params(directory, self.name, params) if isinstance(params, dict)
+                       else params)
+        self.process = NodeProcess(module, params_file, *args, prelude=prelude)
         self.peer = Peer(f"{self.name}_test_peer")
         self._publishers: dict[str, Any] = {}
         self._received: dict[str, list] = {}
         self._clients: dict[str, Any] = {}
-        self.state_qos = state_qos
+        self.state_qos, self.states_topic = state_qos, states_topic
+        self.commands_topic = commands_topic
+        _open.append(self)
 
     # -- topics and services, made on first use --------------------------------------
 
@@ -209,11 +263,21 @@ class Session:
                 msg_type, topic, lambda m: messages.append((time.monotonic(), m)), qos)
         return self._received[topic]
 
-    def call(self, srv_type: Any, service: str, request: Any, timeout: float = 15.0) -> Any:
+    def client(self, srv_type: Any, service: str) -> Any:
         service = self.topic(service)
         if service not in self._clients:
             self._clients[service] = self.peer.node.create_client(srv_type, service)
-        return self.peer.call(self._clients[service], request, timeout)
+        return self._clients[service]
+
+    def call(self, srv_type: Any, service: str, request: Any, timeout: float = 15.0) -> Any:
+        return self.peer.call(self.client(srv_type, service), request, timeout)
+
+    def call_async(self, srv_type: Any, service: str, request: Any,
+                   timeout: float = 15.0) -> Any:
+        """Send the request once the service can answer (``Peer.ready``); the future."""
+        client = self.client(srv_type, service)
+        self.peer.ready(client, timeout)
+        return client.call_async(request)
 
     def publish_matched(self, msg_type: Any, topic: str, msg: Any, qos: Any = 10) -> None:
         """Publish once the node's subscription is matched (a message sent earlier is lost)."""
@@ -222,26 +286,38 @@ class Session:
             f"nobody subscribes to {self.topic(topic)}\n{self.output()}"
         publisher.publish(msg)
 
+    def describe(self, xml: str) -> None:
+        """Publish a description on /robot_description as robot_state_publisher does."""
+        self.publish_matched(String, "/robot_description", String(data=xml), LATCHED)
+
     def set_parameters(self, **values: Any) -> Any:
         """All at once (SetParametersAtomically); the rcl_interfaces SetParametersResult."""
         request = SetParametersAtomically.Request(parameters=[
-            ParameterMsg(name=name, value=_parameter_value(value))
+            ParameterMsg(name=name, value=parameter_value(value))
             for name, value in values.items()])
         return self.call(SetParametersAtomically, "~/set_parameters_atomically", request).result
+
+    def statuses(self) -> list[tuple[float, DiagnosticStatus]]:
+        """This node's statuses on /diagnostics since the first call, as (time, status)."""
+        return [(t, s) for t, array in self.received(DiagnosticArray, "/diagnostics")
+                for s in array.status if s.hardware_id == self.name]
 
     # -- a controller: joint states in, effort commands out ---------------------------
 
     @property
     def commands(self) -> list:
-        return self.received(Float64MultiArray, "~/effort_commands")
+        return self.received(Float64MultiArray, self.commands_topic)
 
-    def send_state(self, names, q, v=None, stamp_ns: int = 0,
-                   topic: str = "joint_states") -> None:
+    def send_state(self, names, q, v=None, stamp_ns: int = 0, topic: str | None = None) -> None:
         msg = JointState(name=list(names), position=[float(x) for x in q])
         if v is not None:
             msg.velocity = [float(x) for x in v]
         msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(stamp_ns, 1_000_000_000)
-        self.publisher(JointState, topic, self.state_qos).publish(msg)
+        self.publish_state(msg, topic)
+
+    def publish_state(self, msg: JointState, topic: str | None = None) -> None:
+        """On ``topic``, or where the controller hears joint states."""
+        self.publisher(JointState, topic or self.states_topic, self.state_qos).publish(msg)
 
     def command_after(self, names, q, v=None, timeout: float = 8.0,
                       stamp_ns: int = 0) -> np.ndarray | None:
@@ -251,21 +327,79 @@ class Session:
                               commands, timeout)
         return None if answer is None else np.array(answer[1].data)
 
+    def stream_states(self, names, q, period: float = 0.002) -> Stream:
+        return Stream(self, names, q, period)
+
     # -- the process -------------------------------------------------------------------
 
     def wait_for(self, condition: Callable[[], bool], timeout: float = 10.0) -> bool:
         return self.peer.wait_for(condition, timeout)
 
+    def settle(self, growing: list) -> int:
+        """Wait until ``growing`` stops growing (what was in flight has arrived); its length."""
+        return self.peer.settle(growing)
+
     def output(self) -> str:
         return self.process.output()
 
-    def wait_for_log(self, text: str, timeout: float = 10.0) -> bool:
-        return self.wait_for(lambda: text in self.output(), timeout)
+    def wait_for_log(self, text: str, timeout: float = 10.0, count: int = 1) -> bool:
+        """Wait until the node's output holds ``text`` ``count`` times."""
+        return self.wait_for(lambda: self.output().count(text) >= count, timeout)
 
-    def close(self) -> float:
-        """Stop the node (SIGINT); it must be gone within STOP_LIMIT_S with exit code 0."""
+    def close(self, sig: int = signal.SIGINT) -> float:
+        """Stop the node (SIGINT, or ``sig``); it must be gone within STOP_LIMIT_S with exit
+        code 0."""
+        _open.remove(self)  # (closing twice is a mistake of the test: ValueError)
         self.peer.close()
-        seconds = self.process.stop()
+        seconds = self.process.stop(sig=sig)
         assert seconds < STOP_LIMIT_S, f"took {seconds:.2f} s to stop\n{self.output()}"
         assert self.process.proc.returncode == 0, self.output()
         return seconds
+
+    def kill(self) -> None:
+        """SIGKILL the node (a crash), and close the peer."""
+        _open.remove(self)
+        self.peer.close()
+        self.process.proc.kill()
+        self.process.proc.wait()
+
+
+def open_sessions() -> list[Session]:
+    return list(_open)
+
+
+def abandon(sessions: list[Session]) -> None:
+    """Stop, unchecked, sessions a failed test left open: their nodes would otherwise outlive
+    the test run and go on answering (a latched /robot_description, say) in later tests."""
+    for session in sessions:
+        if session in _open:
+            _open.remove(session)
+            session.peer.close()
+            session.process.stop(timeout=2.0)
+
+
+def close_all(*sessions: Session, sig: int = signal.SIGINT) -> None:
+    """``close`` every session: each is stopped even when an earlier one fails its checks."""
+    failures = []
+    for session in sessions:
+        try:
+            session.close(sig)
+        except AssertionError as exc:
+            failures.append(exc)
+    if failures:
+        raise failures[0]
+
+
+def control_node(directory: Path, params: dict | Path | None = None, *extra: str,
+                 **kwargs: Any) -> Session:
+    """The control node (rb_dynamics.node) under a name of its own."""
+    kwargs.setdefault("name", fresh_name("rb_dynamics"))
+    return Session("rb_dynamics.node", directory, params, *extra, **kwargs)
+
+
+def simulator(directory: Path, params: dict | Path | None = None, *extra: str,
+              **kwargs: Any) -> Session:
+    """The topic simulator (rb_dynamics.sim_node) under a name of its own."""
+    kwargs.setdefault("name", fresh_name("rb_simulator"))
+    return Session("rb_dynamics.sim_node", directory, params, *extra,
+                   default_name="rb_simulator", **kwargs)

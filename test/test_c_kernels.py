@@ -21,9 +21,17 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pinocchio as pin
 import pytest
-from pin_oracle import REAL_ROBOTS, Oracle, random_state, rel_err, robots_dir
+from pin_oracle import (
+    REAL_ROBOTS,
+    Oracle,
+    WorstErrors,
+    load_case,
+    oracle_models,
+    random_state,
+    rel_err,
+    robots_dir,
+)
 from urdf_samples import kitchen_sink_urdf
 
 from rb_dynamics import dynamics as D
@@ -40,22 +48,17 @@ pytestmark = pytest.mark.skipif(
 
 TOL_PYTHON, TOL_PIN = 1e-12, 1e-9
 N_STATES = 40
-WORST: dict[tuple[str, str], float] = {}
+WORST = WorstErrors()
 KERNELS = ("rnea", "gravity", "nle", "crba", "aba")
 
 
-def _record(robot: str, quantity: str, err: float, tol: float) -> None:
-    WORST[(robot, quantity)] = max(WORST.get((robot, quantity), 0.0), err)
-    assert err <= tol, f"{robot} {quantity}: relative error {err:.3e} > {tol}"
+_record = WORST.record
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _report():
     yield
-    if WORST:
-        print("\nC kernels, worst relative error per model and quantity:")
-        for (robot, quantity), err in sorted(WORST.items()):
-            print(f"  {robot:<16} {quantity:<26} {err:.2e}")
+    WORST.report("C kernels")
 
 
 @pytest.fixture(scope="module")
@@ -76,22 +79,9 @@ def fresh_cache(tmp_path, monkeypatch):
     return path
 
 
-def _models():
-    for name, (rel, floating) in REAL_ROBOTS.items():
-        yield pytest.param((name, lambda rel=rel: Path(robots_dir(), rel).read_text(), floating),
-                           id=name)
-    yield pytest.param(("kitchen_sink", kitchen_sink_urdf, False), id="kitchen_sink")
-    yield pytest.param(("kitchen_sink_ff", lambda: kitchen_sink_urdf(with_floating=False), True),
-                       id="kitchen_sink_floating_base")
-
-
-@pytest.fixture(scope="module", params=list(_models()))
+@pytest.fixture(scope="module", params=oracle_models())
 def case(request, module_cache):
-    name, load_xml, floating = request.param
-    xml = load_xml()
-    model = load_model(xml, floating_base=floating)
-    if name.startswith("kitchen"):
-        model.gravity = np.array([1.2, -2.0, -9.5])  # a tilted mount
+    name, model, xml = load_case(request.param)
     rng = np.random.default_rng(17)
     states = [random_state(model, rng) for _ in range(N_STATES)]
     fast_c = compile_dynamics(model, kernels="c")
@@ -103,21 +93,6 @@ def _calls(fast, q, v, a, tau) -> dict[str, np.ndarray]:
             "nle": fast.nonlinear_effects(q, v), "crba": fast.crba(q), "aba": fast.aba(q, v, tau)}
 
 
-def _pinocchio(o: Oracle, q, v, a, tau) -> dict[str, np.ndarray]:
-    qp, vp = o.q(q), o.v(v)
-    M = pin.crba(o.pm, o.pd, qp)
-    M = np.triu(M) + np.triu(M, 1).T
-    bias = pin.rnea(o.pm, o.pd, qp, vp, np.zeros(o.pm.nv))
-    return {
-        "rnea": o.from_v(pin.rnea(o.pm, o.pd, qp, vp, o.v(a))),
-        "gravity": o.from_v(pin.computeGeneralizedGravity(o.pm, o.pd, qp)),
-        "nle": o.from_v(pin.nonLinearEffects(o.pm, o.pd, qp, vp)),
-        "crba": o.matrix(M),
-        # pin.aba refuses mimic joints: M⁻¹(τ − b) from Pinocchio's own terms for every model
-        "aba": o.from_v(np.linalg.solve(M, o.v(tau) - bias)),
-    }
-
-
 # ----------------------------------------------------------------------------- accuracy
 
 
@@ -127,7 +102,7 @@ def test_single_state_matches_python_kernels_and_pinocchio(case):
     identical = 0
     for q, v, a, tau in states:
         ours, theirs = _calls(fast_c, q, v, a, tau), _calls(fast_py, q, v, a, tau)
-        for key, ref in _pinocchio(oracle, q, v, a, tau).items():
+        for key, ref in oracle.references(q, v, a, tau).items():
             assert ours[key].shape == theirs[key].shape
             _record(name, f"{key} vs python", rel_err(ours[key], theirs[key]), TOL_PYTHON)
             _record(name, f"{key} vs pin", rel_err(ours[key], ref), TOL_PIN)
@@ -143,7 +118,7 @@ def test_batched_matches_python_kernels_and_pinocchio(case):
     assert ours["crba"].shape == (N_STATES, model.nv, model.nv)
     for k, (q, v, a, tau) in enumerate(states):
         single = _calls(fast_c, q, v, a, tau)
-        for key, ref in _pinocchio(oracle, q, v, a, tau).items():
+        for key, ref in oracle.references(q, v, a, tau).items():
             assert np.array_equal(ours[key][k], single[key])  # the same C function per row
             _record(name, f"batched {key} vs python", rel_err(ours[key][k], theirs[key][k]),
                     TOL_PYTHON)

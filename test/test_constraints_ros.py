@@ -3,14 +3,9 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
-
 import numpy as np
 import pytest
-from ros_harness import NodeProcess, Peer, write_params
+from ros_harness import NodeProcess, Session, control_node, simulator, write_params
 from sensor_msgs.msg import JointState
 from test_constraints_pinocchio import four_bar_urdf
 
@@ -48,30 +43,25 @@ def urdf_file(tmp_path):
 
 
 def test_simulator_keeps_the_loop_closed_for_10_s(tmp_path, urdf_file):
-    params = write_params(tmp_path, "rb_simulator", {
+    sim = simulator(tmp_path, {
         "urdf_path": str(urdf_file), "gravity": GRAVITY, "initial_positions": Q0,
         "time_step": 0.002, "publish_rate": 100.0, "real_time_factor": 2.0,
         "publish_clock": True, "loop_constraints": CONSTRAINTS})
-    node = NodeProcess("rb_dynamics.sim_node", params)
-    peer = Peer("four_bar_peer")
-    states: list[JointState] = []
-    peer.node.create_subscription(JointState, "joint_states", states.append, 100)
+    states = sim.received(JointState, "joint_states")
     try:
         def sim_time() -> float:
-            stamp = states[-1].header.stamp if states else None
+            stamp = states[-1][1].header.stamp if states else None
             return stamp.sec + stamp.nanosec * 1e-9 if stamp else 0.0
 
-        assert peer.wait_for(lambda: sim_time() >= 10.0, 60), node.output()
-        assert "constraints ['loop']" in node.output()
-        worst = max(loop_violation(s.position) for s in states)
-        crank = [s.position[0] for s in states]
+        assert sim.wait_for(lambda: sim_time() >= 10.0, 60), sim.output()
+        assert "constraints ['loop']" in sim.output()
+        worst = max(loop_violation(s.position) for _, s in states)
+        crank = [s.position[0] for _, s in states]
         print(f"\nsimulator four-bar, worst loop violation: {worst:.2e} m")
         assert worst <= 1e-6, worst
         assert np.ptp(crank) > 1.0  # it really swings
     finally:
-        peer.close()
-        assert node.stop() < 2.0
-    assert node.proc.returncode == 0, node.output()
+        sim.close()
 
 
 def test_simulator_refuses_a_constraint_on_an_unknown_link(tmp_path, urdf_file):
@@ -89,31 +79,22 @@ def test_simulator_refuses_a_constraint_on_an_unknown_link(tmp_path, urdf_file):
 
 @pytest.fixture(scope="module")
 def host(tmp_path_factory):
+    """The control node on the linkage, in the linkage's plane's gravity, with the loop."""
     directory = tmp_path_factory.mktemp("four_bar_host")
     urdf = directory / "four_bar.urdf"
     urdf.write_text(four_bar_urdf())
-    params = write_params(directory, "four_bar_services", {"loop_constraints": CONSTRAINTS})
-    host_script = str(Path(__file__).with_name("services_host.py"))
-    log = tempfile.NamedTemporaryFile(prefix="four_bar_services_", suffix=".log",  # noqa: SIM115
-                                      delete=False)
-    process = subprocess.Popen(
-        [sys.executable, host_script, str(urdf), "--gravity", *map(str, GRAVITY),
-         "--ros-args", "-r", "__node:=four_bar_services", "--params-file", str(params)],
-        stdout=log, stderr=subprocess.STDOUT)
-    peer = Peer("four_bar_services_peer")
-    clients = {
-        "forward": peer.node.create_client(ForwardDynamics, "four_bar_services/forward_dynamics"),
-        "simulate": peer.node.create_client(Simulate, "four_bar_services/simulate")}
-    yield peer, clients
-    peer.close()
-    process.terminate()
-    process.wait(5)
+    session = control_node(directory, {"urdf_path": str(urdf), "gravity": GRAVITY,
+                                       "loop_constraints": CONSTRAINTS})
+    # the node's final kernels (compiled, where there is a compiler): the reference answers
+    # until they are built
+    assert session.wait_for_log("dynamics kernels: ", 120.0), session.output()
+    yield session
+    session.close()
 
 
 def test_simulate_service_keeps_the_loop_closed_for_10_s(host):
-    peer, clients = host
     for integrator in ("semi_implicit_euler", "rk4"):
-        answer = peer.call(clients["simulate"], Simulate.Request(
+        answer = host.call(Simulate, "~/simulate", Simulate.Request(
             joint_names=NAMES, positions=Q0, duration=10.0, time_step=0.002,
             integrator=integrator, output_decimation=10), timeout=120)
         assert answer.success, answer.message
@@ -126,8 +107,12 @@ def test_simulate_service_keeps_the_loop_closed_for_10_s(host):
         assert np.ptp([q[0] for q in positions]) > 1.0
 
 
+def forward(session: Session, **fields) -> ForwardDynamics.Response:
+    return session.call(ForwardDynamics, "~/forward_dynamics", ForwardDynamics.Request(**fields),
+                        timeout=20)
+
+
 def test_forward_dynamics_service_answers_the_constrained_acceleration(host):
-    peer, clients = host
     rng = np.random.default_rng(7)
     constraints = ConstraintSet.from_specs(MODEL, {"loop": LOOP})
     A = constraints.constraints[0].rows(MODEL, np.asarray(Q0), np.zeros(3), 0.0,
@@ -137,9 +122,9 @@ def test_forward_dynamics_service_answers_the_constrained_acceleration(host):
         # a velocity the loop allows, and arbitrary efforts
         v = np.linalg.svd(A)[2][-1] * rng.uniform(-3, 3)
         tau = rng.uniform(-1, 1, 3)
-        answer = peer.call(clients["forward"], ForwardDynamics.Request(
-            joint_names=[NAMES[k] for k in order], positions=[Q0[k] for k in order],
-            velocities=v[order].tolist(), efforts=tau[order].tolist()))
+        answer = forward(host, joint_names=[NAMES[k] for k in order],
+                         positions=[Q0[k] for k in order], velocities=v[order].tolist(),
+                         efforts=tau[order].tolist())
         assert answer.success, answer.message
         local = constrained_forward_dynamics(MODEL, Q0, v, tau, ConstraintSet.from_specs(
             MODEL, {"loop": LOOP}).constraints)
@@ -149,30 +134,22 @@ def test_forward_dynamics_service_answers_the_constrained_acceleration(host):
         assert answer.constraint_violation < 1e-12
         free = D.aba(MODEL, Q0, v, tau)
         assert np.abs(local.qdd - free).max() > 1e-3  # the constraint really acts
-    bad = peer.call(clients["forward"], ForwardDynamics.Request(
-        joint_names=NAMES, positions=Q0, velocities=[0.0, 0.0, float("nan")]))
+    bad = forward(host, joint_names=NAMES, positions=Q0, velocities=[0.0, 0.0, float("nan")])
     assert not bad.success and "velocities[2]" in bad.message
 
 
 def test_control_node_services_refuse_constraints_that_do_not_fit_the_model(tmp_path, urdf_file):
-    params = write_params(tmp_path, "rb_dynamics", {
+    node = control_node(tmp_path, {
         "urdf_path": str(urdf_file),
         "loop_constraints": {"names": ["loop"], "loop": {**LOOP, "link_a": "crankshaft"}}})
-    node = NodeProcess("rb_dynamics.node", params)
-    peer = Peer("misfit_peer")
     try:
-        client = peer.node.create_client(ForwardDynamics, "rb_dynamics/forward_dynamics")
-        answer = peer.call(client, ForwardDynamics.Request(joint_names=NAMES, positions=Q0),
-                           timeout=20)
+        answer = forward(node, joint_names=NAMES, positions=Q0)
         assert not answer.success
         assert "constraints.loop.link_a: unknown link 'crankshaft'" in answer.message
-        simulate = peer.node.create_client(Simulate, "rb_dynamics/simulate")
-        answer = peer.call(simulate, Simulate.Request(joint_names=NAMES, positions=Q0,
-                                                      duration=0.1))
+        answer = node.call(Simulate, "~/simulate", Simulate.Request(
+            joint_names=NAMES, positions=Q0, duration=0.1))
         assert not answer.success and "crankshaft" in answer.message
-        assert node.proc.poll() is None  # it keeps running
+        assert node.process.proc.poll() is None  # it keeps running
     finally:
-        peer.close()
-        assert node.stop() < 2.0
-    assert node.proc.returncode == 0, node.output()
+        node.close()
     assert "~/forward_dynamics and ~/simulate will refuse" in node.output()

@@ -9,12 +9,10 @@ The C kernels are held to the Python ones in test_c_kernels.py.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pinocchio as pin
 import pytest
-from pin_oracle import REAL_ROBOTS, Oracle, random_state, rel_err, robots_dir
+from pin_oracle import Oracle, WorstErrors, load_case, oracle_models, random_state, rel_err
 from urdf_samples import kitchen_sink_urdf
 
 from rb_dynamics import dynamics as D
@@ -23,40 +21,22 @@ from rb_dynamics.model import load_model
 
 TOL = 1e-9
 N_STATES = 100
-WORST: dict[tuple[str, str], float] = {}
+WORST = WorstErrors()
 
 
 def _record(robot: str, quantity: str, err: float) -> None:
-    key = (robot, quantity)
-    WORST[key] = max(WORST.get(key, 0.0), err)
-    assert err <= TOL, f"{robot} {quantity}: relative error {err:.3e} > {TOL}"
+    WORST.record(robot, quantity, err, TOL)
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _report():
     yield
-    if WORST:
-        print("\nfast kernels, worst relative error per model and quantity:")
-        for (robot, quantity), err in sorted(WORST.items()):
-            print(f"  {robot:<16} {quantity:<22} {err:.2e}")
+    WORST.report("fast kernels")
 
 
-def _sources():
-    for name, (rel, floating) in REAL_ROBOTS.items():
-        yield pytest.param((name, lambda rel=rel: Path(robots_dir(), rel).read_text(), floating),
-                           id=name)
-    yield pytest.param(("kitchen_sink", kitchen_sink_urdf, False), id="kitchen_sink")
-    yield pytest.param(("kitchen_sink_ff", lambda: kitchen_sink_urdf(with_floating=False), True),
-                       id="kitchen_sink_floating_base")
-
-
-@pytest.fixture(scope="module", params=list(_sources()))
+@pytest.fixture(scope="module", params=oracle_models())
 def case(request):
-    name, load_xml, floating = request.param
-    xml = load_xml()
-    model = load_model(xml, floating_base=floating)
-    if name.startswith("kitchen"):
-        model.gravity = np.array([1.2, -2.0, -9.5])  # a tilted mount
+    name, model, xml = load_case(request.param)
     oracle = Oracle(model, xml)
     rng = np.random.default_rng(11)
     states = [random_state(model, rng) for _ in range(N_STATES)]
@@ -64,21 +44,9 @@ def case(request):
 
 
 def _pin_references(oracle: Oracle, q, v, a, tau) -> dict[str, np.ndarray]:
-    pm, pd = oracle.pm, oracle.pd
-    qp, vp = oracle.q(q), oracle.v(v)
-    M = pin.crba(pm, pd, qp)
-    M = np.triu(M) + np.triu(M, 1).T
-    bias = pin.rnea(pm, pd, qp, vp, np.zeros(pm.nv))
-    ref = {
-        "rnea": oracle.from_v(pin.rnea(pm, pd, qp, vp, oracle.v(a))),
-        "gravity": oracle.from_v(pin.computeGeneralizedGravity(pm, pd, qp)),
-        "nle": oracle.from_v(pin.nonLinearEffects(pm, pd, qp, vp)),
-        "crba": oracle.matrix(M),
-        # Pinocchio's aba refuses mimic joints: M⁻¹(τ − b) from its own terms for all models
-        "aba": oracle.from_v(np.linalg.solve(M, oracle.v(tau) - bias)),
-    }
+    ref = oracle.references(q, v, a, tau)
     if not oracle.model.has_mimic:
-        ref["aba_pin"] = oracle.from_v(pin.aba(pm, pd, qp, vp, oracle.v(tau)))
+        ref["aba_pin"] = oracle.aba(q, v, tau)
     return ref
 
 

@@ -7,20 +7,16 @@ serving what it still can. Figures (stalls, refusal times) are printed.
 
 from __future__ import annotations
 
-import itertools
-import signal
 import time
 from pathlib import Path
 
 import numpy as np
-import pinocchio as pin
-from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import Wrench
-from pin_oracle import REAL_ROBOTS, rel_err, robots_dir
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
-from ros_harness import Session
+from pin_oracle import REAL_ROBOTS, arm_torques, rel_err, robots_dir
+from ros_harness import Session, fresh_name
+from ros_harness import control_node as start_control_node
+from ros_harness import simulator as start_simulator
 from sensor_msgs.msg import JointState
-from std_msgs.msg import String
 from std_srvs.srv import SetBool
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 from urdf_samples import chain_urdf
@@ -31,40 +27,24 @@ from rb_dynamics_interfaces.srv import ForwardDynamics, InverseDynamics, Simulat
 
 UR5 = Path(robots_dir(), REAL_ROBOTS["ur5"][0])
 UR5_JOINTS = load_model(UR5).actuated_joint_names
-LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL,
-                     reliability=ReliabilityPolicy.RELIABLE)
-_names = (f"rb_dynamics_hardening_{k}" for k in itertools.count())
+UR5_LIMIT = load_model(UR5).effort_limit
 
 
 def control_node(tmp_path: Path, **params) -> Session:
-    return Session("rb_dynamics.node", tmp_path, {"state_timeout": 1.0, **params},
-                   name=next(_names))
+    return start_control_node(tmp_path, {"state_timeout": 1.0, **params},
+                              name=fresh_name("rb_dynamics_hardening"), state_qos=100)
 
 
 def simulator(tmp_path: Path, **params) -> Session:
-    return Session("rb_dynamics.sim_node", tmp_path, params, name=next(_names),
-                   default_name="rb_simulator")
-
-
-def describe(session: Session, xml: str) -> None:
-    """Publish a description on /robot_description as robot_state_publisher does."""
-    session.publish_matched(String, "/robot_description", String(data=xml), LATCHED)
+    return start_simulator(tmp_path, params, name=fresh_name("rb_simulator_hardening"))
 
 
 def statuses(session: Session) -> list[str]:
-    return [s.message for _, d in session.received(DiagnosticArray, "/diagnostics")
-            for s in d.status if s.hardware_id == session.name]
+    return [s.message for _, s in session.statuses()]
 
 
 def gaps(times: list[float]) -> float:
     return float(np.diff(times).max()) if len(times) > 1 else float("inf")
-
-
-def stream_states(session: Session, names: list[str], q: np.ndarray, period: float = 0.002):
-    """A driver publishing the same state every ``period`` s (on the peer's executor)."""
-    msg = JointState(name=list(names), position=[float(x) for x in q])
-    publisher = session.publisher(JointState, "joint_states", 100)
-    return session.peer.node.create_timer(period, lambda: publisher.publish(msg))
 
 
 def inverse_request(names, q, v=None) -> InverseDynamics.Request:
@@ -89,7 +69,7 @@ def test_descriptions_without_moving_joints_are_taken_and_nothing_is_commanded(t
     joints = load_model(DEFAULT_URDF).actuated_joint_names
     assert node.command_after(joints, np.zeros(6)) is not None, node.output()
     for name, xml in (("bare", bare), ("camera_mount", mount)):
-        describe(node, xml)
+        node.describe(xml)
         assert node.wait_for_log(f"model '{name}'"), node.output()
         answer = node.call(InverseDynamics, "~/inverse_dynamics", inverse_request([], []))
         assert answer.success and list(answer.efforts) == [], answer.message
@@ -105,13 +85,13 @@ def test_descriptions_without_moving_joints_are_taken_and_nothing_is_commanded(t
 def test_a_deep_chain_is_taken_and_a_deeper_one_refused_with_the_limit(tmp_path):
     """15.2: a chain deeper than ~500 links raised RecursionError in the tree walk."""
     node = control_node(tmp_path, urdf_path=str(DEFAULT_URDF))
-    describe(node, chain_urdf(600))
+    node.describe(chain_urdf(600))
     assert node.wait_for_log("model 'chain600'", 60.0), node.output()
     names = [f"j{i}" for i in range(1, 601)]
     answer = node.call(InverseDynamics, "~/inverse_dynamics",
                        inverse_request(names, np.full(600, 0.01)), timeout=30.0)
     assert answer.success and np.all(np.isfinite(answer.efforts)), answer.message
-    describe(node, chain_urdf(1200))
+    node.describe(chain_urdf(1200))
     assert node.wait_for_log("more than 1000 moving joints", 60.0), node.output()
     assert "keeping 'chain600'" in node.output()
     node.close()
@@ -156,7 +136,7 @@ def test_loading_a_large_model_never_stalls_the_loop_or_the_services(tmp_path):
     path.write_text(chain_urdf(n, "chain60", mass=0.1))
     node = control_node(tmp_path, urdf_path=str(path))  # so that the topic may replace it
     commands = node.commands
-    stream_states(node, names, q)
+    node.stream_states(names, q)
     assert node.wait_for(lambda: len(commands) > 0, 20.0), node.output()
     start = len(commands)
     latencies = []
@@ -176,7 +156,7 @@ def test_loading_a_large_model_never_stalls_the_loop_or_the_services(tmp_path):
 
     probe("dynamics kernels: c", 1, 90.0)
     heavier = chain_urdf(n, "chain60_heavier", mass=0.2)  # new kernels: a new compile
-    describe(node, heavier)
+    node.describe(heavier)
     probe("dynamics kernels: c", 2, 90.0)
     node.wait_for(lambda: len(commands) > start + 100, 5.0)
     times = [t for t, _ in commands[start:]]
@@ -193,7 +173,7 @@ def test_oversized_requests_are_refused_and_the_loop_keeps_its_pace(tmp_path):
     ~/simulate reference never answered."""
     node = control_node(tmp_path, urdf_path=str(UR5), mode="computed_torque")
     commands = node.commands
-    stream_states(node, UR5_JOINTS, np.zeros(6))
+    node.stream_states(UR5_JOINTS, np.zeros(6))
     assert node.wait_for(lambda: len(commands) > 10, 20.0), node.output()
     start = len(commands)
     began = time.monotonic()
@@ -237,19 +217,11 @@ def test_sigint_during_a_long_roll_out_stops_within_2_s(tmp_path):
     request = Simulate.Request(joint_names=UR5_JOINTS, positions=[0.0] * 6, duration=100.0,
                                time_step=0.001, output_decimation=100, integrator="rk4",
                                torque_mode="gravity_compensation")
-    simulate = node.peer.node.create_client(Simulate, node.topic("~/simulate"))
-    assert simulate.wait_for_service(timeout_sec=10.0)
-    future = simulate.call_async(request)
-    sent = time.monotonic()  # the roll-out takes tens of seconds: a second in, it is busy
-    node.wait_for(lambda: time.monotonic() - sent > 1.0, 2.0)
-    assert not future.done()
-    began = time.monotonic()
-    node.process.proc.send_signal(signal.SIGINT)
-    node.process.proc.wait(10.0)
-    took = time.monotonic() - began
+    future = node.call_async(Simulate, "~/simulate", request)
+    # the roll-out takes seconds: a second in, it is still busy
+    assert not node.wait_for(future.done, 1.0)
+    took = node.close()  # SIGINT: gone within 2 s, exit code 0
     print(f"\nSIGINT during a 100 s roll-out: stopped in {took:.2f} s")
-    assert took < 2.0 and node.process.proc.returncode == 0, node.output()
-    node.peer.close()
 
 
 # ----------------------------------------------------------------------------- 7–11: results
@@ -269,11 +241,7 @@ def test_huge_finite_inputs_answer_false_instead_of_nan(tmp_path):
 
 
 def _pin_rnea(q, a):
-    pm = pin.buildModelFromUrdf(str(UR5))
-    order = [pm.joints[pm.getJointId(n)].idx_v for n in UR5_JOINTS]
-    tau = pin.rnea(pm, pm.createData(), q, np.zeros(6), a)[order]
-    limit = load_model(UR5).effort_limit
-    return np.clip(tau, -limit, limit)
+    return arm_torques(UR5, UR5_JOINTS, q, a=a, limit=UR5_LIMIT)
 
 
 def test_a_trajectory_that_ended_is_refused_and_the_set_point_stands(tmp_path):
@@ -303,6 +271,7 @@ def test_an_overflowing_reference_is_refused_cleanly_and_does_not_poison_the_nex
     and broke the next trajectory too."""
     node = control_node(tmp_path, urdf_path=str(UR5), mode="computed_torque", kp=[100.0],
                         kd=[20.0])
+    statuses(node)  # subscribed from here on: the report of the refusal's second is not missed
     q = np.zeros(6)
     assert node.command_after(UR5_JOINTS, q) is not None, node.output()
     node.publish_matched(JointTrajectory, "~/trajectory", JointTrajectory(
@@ -336,7 +305,7 @@ def test_gains_set_without_a_model_are_checked_now_and_again_on_load(tmp_path):
         result = node.set_parameters(kp=bad)
         assert not result.successful and "finite and ≥ 0" in result.reason, result.reason
     assert node.set_parameters(kp=[10.0, 20.0, 30.0]).successful  # joints unknown yet
-    describe(node, UR5.read_text())
+    node.describe(UR5.read_text())
     assert node.wait_for_log("kp needs 1 or 6 values", 10.0), node.output()
     assert node.wait_for(lambda: any("kp needs 1 or 6 values" in m for m in statuses(node)),
                          5.0)

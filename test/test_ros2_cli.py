@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import ros_tools
 import yaml
-from ros_harness import NodeProcess
+from ros_harness import Session
 
 from rb_dynamics import DEFAULT_URDF
 
@@ -46,14 +46,11 @@ def no_daemon_left():
     assert not _daemons()
 
 
-def _start(name: str, params_file: Path | None = None, *extra: str) -> NodeProcess:
+def _start(directory: Path, name: str, params_file: Path | None = None, *extra: str
+           ) -> Session:
+    """The node under its own name (the CLI calls it so)."""
     args = extra if params_file is not None else ("-p", f"urdf_path:={DEFAULT_URDF}", *extra)
-    return NodeProcess(NODES[name], params_file, *args)
-
-
-def _stop(node: NodeProcess) -> None:
-    assert node.stop() < 5.0, node.output()
-    assert node.proc.returncode == 0, node.output()
+    return Session(NODES[name], directory, params_file, *args, default_name=name)
 
 
 def _param(verb: str, node: str, *args: str) -> ros_tools.Result:
@@ -61,8 +58,8 @@ def _param(verb: str, node: str, *args: str) -> ros_tools.Result:
     return ros_tools.ros2("param", verb, f"/{node}", *args, "--no-daemon", "--timeout", "30")
 
 
-def test_param_set_then_get_as_in_the_readme():
-    node = _start("rb_dynamics")
+def test_param_set_then_get_as_in_the_readme(tmp_path):
+    node = _start(tmp_path, "rb_dynamics")
     try:
         result = _param("set", "rb_dynamics", "mode", "computed_torque")
         assert result.returncode == 0 and "Set parameter successful" in result.stdout, \
@@ -83,7 +80,7 @@ def test_param_set_then_get_as_in_the_readme():
         assert kp.stdout.strip() == "Double values are: [50.0, 60.0, 70.0, 80.0, 90.0, 100.0]", \
             str(kp)
     finally:
-        _stop(node)
+        node.close()
 
 
 def _dump(name: str) -> dict:
@@ -102,22 +99,23 @@ def _dump(name: str) -> dict:
 def test_param_dump_starts_an_identical_node(tmp_path, name, start, changes):
     """Values given at start (-p) and changed at run time (ros2 param set) are dumped, and a
     node started from the dump (--params-file) has every parameter the same."""
-    first = _start(name, None, *[a for k, v in start.items() for a in ("-p", f"{k}:={v}")])
+    first = _start(tmp_path, name, None,
+                   *[a for k, v in start.items() for a in ("-p", f"{k}:={v}")])
     try:
         for parameter, value in changes.items():
             result = _param("set", name, parameter, value)
             assert "Set parameter successful" in result.stdout, f"{result}\n{first.output()}"
         dumped = _dump(name)
     finally:
-        _stop(first)
+        first.close()
     assert dumped, "ros2 param dump gave no parameters"
     assert dumped["urdf_path"] == str(DEFAULT_URDF)
     for parameter, value in {**start, **changes}.items():
         assert dumped[parameter] == yaml.safe_load(value), (parameter, dumped[parameter])
     params_file = tmp_path / f"{name}.yaml"
     params_file.write_text(yaml.safe_dump({f"/{name}": {"ros__parameters": dumped}}))
-    second = _start(name, params_file)
+    second = _start(tmp_path, name, params_file)
     try:
         assert _dump(name) == dumped, second.output()
     finally:
-        _stop(second)
+        second.close()
