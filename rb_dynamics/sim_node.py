@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Topic-driven simulator: integrates the URDF's dynamics and talks like a robot driver.
 
 Subscribes ``~/commands`` (std_msgs/Float64MultiArray, efforts ordered by ``joints``) and
@@ -67,6 +68,10 @@ from .servo import (
 from .sim_commands import CommandInputs
 from .simulation import INTEGRATORS
 
+# Lock-step: a state whose command never comes (lost, or answered while paused) is published
+# again after this long, rather than stalling the loop until lockstep_timeout
+LOCKSTEP_RESEND_S = 0.2
+
 # which joint takes which command, and the drives of position / velocity commands
 SERVO_PARAMETERS: dict[str, ParameterSpec] = {
     "read_ros2_control": ParameterSpec(
@@ -129,7 +134,8 @@ PARAMETERS: dict[str, ParameterSpec] = {
     "start_paused": ParameterSpec("bool", False, "start paused (~/pause false to run)",
                                   read_only=True),
     "lockstep": ParameterSpec("bool", False, "one step per command (a controller in the loop "
-                              "sets the pace)", read_only=True),
+                              "sets the pace; a state no command answers within "
+                              f"{LOCKSTEP_RESEND_S} s is sent again)", read_only=True),
     "lockstep_timeout": ParameterSpec("double", 0.5, "wall s without commands after which "
                                       "lock-step time goes on at the real-time pace",
                                       read_only=True, low=0.0, high=1e6),
@@ -216,7 +222,7 @@ class SimulatorNode(Node):
         self.last_clock: float | None = None
         self.publish_period = 0.0
         self.lockstep_timeout = settings["lockstep_timeout"]
-        self.last_lockstep = self.wall_last = time.monotonic()
+        self.last_lockstep = self.last_lockstep_publish = self.wall_last = time.monotonic()
         self.sim_debt = 0.0
         self.steps_done = 0
         rate = settings["publish_rate"]
@@ -330,7 +336,7 @@ class SimulatorNode(Node):
         """Lock-step: a command is one step, answered with the state it leads to."""
         if not self.paused:
             self._advance(self.sim.dt)
-            self.last_lockstep = time.monotonic()
+            self.last_lockstep = self.last_lockstep_publish = time.monotonic()
             self._publish()
 
     def _on_reset(self, _request, response):
@@ -390,6 +396,9 @@ class SimulatorNode(Node):
             elif now - self.last_lockstep > self.lockstep_timeout:
                 self._advance(elapsed * self.rtf)  # no controller: time goes on
                 self._publish()
+            elif now - self.last_lockstep_publish > LOCKSTEP_RESEND_S:
+                self.last_lockstep_publish = now
+                self._publish()  # the same state again: its command is awaited
             return
         if not self.paused:
             # keep up with the wall clock, but never spiral: at most 0.1 s of catch-up

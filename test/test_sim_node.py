@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The topic-driven simulator as a real process on loopback DDS."""
 
 from __future__ import annotations
@@ -166,5 +167,42 @@ def test_steps_on_an_external_clock_with_use_sim_time(tmp_path):
         sim.wait_for(lambda: tick(start) or stamp() == start, 5)
         assert stamp() == start and sim.process.proc.poll() is None
         assert "/clock jumped by -0.200 s" in sim.output()
+    finally:
+        sim.close()
+
+
+def test_lock_step_sends_an_unanswered_state_again_and_steps_on_the_next_command(tmp_path):
+    """Lock-step: the command answering a state can be lost, or arrive while paused (it is then
+    dropped); the simulator says the same state again every LOCKSTEP_RESEND_S rather than wait
+    for lockstep_timeout, and a command still makes exactly one step."""
+    from rb_dynamics.sim_node import LOCKSTEP_RESEND_S
+
+    sim = simulator(tmp_path, {
+        "urdf_path": UR5, "initial_positions": Q0, "publish_rate": 200.0, "lockstep": True,
+        "lockstep_timeout": 60.0, "time_step": 0.001, "start_paused": True,
+        "publish_clock": True})
+    try:
+        states = started(sim)
+        assert pause(sim, False).success
+        sim.settle(states)  # the paused states still in flight
+        before = len(states)
+        # no command: the same state again at the resend pace, time does not go on
+        assert sim.wait_for(lambda: len(states) >= before + 3, 10 * LOCKSTEP_RESEND_S), \
+            sim.output()
+        repeated = [msg for _, msg in states[before:]]
+        assert len(repeated) <= 2 + 2.0 * (states[-1][0] - states[before][0]) / LOCKSTEP_RESEND_S
+        assert all(msg.header.stamp == repeated[0].header.stamp for msg in repeated)
+        np.testing.assert_array_equal(repeated[-1].position, Q0)
+        # one command, one step (1 ms): the next state is stamped one time step later
+        seen = len(states)
+        sim.publish_matched(Float64MultiArray, "~/commands",
+                            Float64MultiArray(data=[0.0] * len(Q0)))
+        assert sim.wait_for(lambda: any(
+            msg.header.stamp != repeated[0].header.stamp for _, msg in states[seen:]), 5)
+        stepped = next(msg for _, msg in states[seen:]
+                       if msg.header.stamp != repeated[0].header.stamp)
+        elapsed = (stepped.header.stamp.sec - repeated[0].header.stamp.sec
+                   + 1e-9 * (stepped.header.stamp.nanosec - repeated[0].header.stamp.nanosec))
+        assert abs(elapsed - 0.001) < 1e-9, elapsed
     finally:
         sim.close()
