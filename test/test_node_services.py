@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The rb_dynamics node as a real process on loopback DDS, checked against the core in-process.
 
 No mocks: the node runs under rclpy in its own process (``python -m rb_dynamics.node``), this
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 from geometry_msgs.msg import Vector3, Wrench
 from ros_harness import Session, control_node
+from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from rb_dynamics import DEFAULT_URDF
 from rb_dynamics.dynamics import aba, gravity, rnea
@@ -168,8 +170,14 @@ def test_the_control_loop_keeps_answering_during_a_long_simulate_call(running):
     commands = running.commands
     assert running.command_after(JOINTS, q) is not None, running.output()
     running.settle(commands)
-    request = Simulate.Request(joint_names=JOINTS, positions=q.tolist(), duration=20.0,
-                               time_step=0.001, integrator="rk4", output_decimation=1000)
+    # the longest roll-out a request may ask (200,000 steps), with the law in every step:
+    # ~1.6 s of compiled RK4 on this machine
+    request = Simulate.Request(joint_names=JOINTS, positions=q.tolist(), duration=200.0,
+                               time_step=0.001, integrator="rk4", output_decimation=1000,
+                               torque_mode="computed_torque", kp=[100.0], kd=[20.0])
+    goal = JointTrajectoryPoint(positions=[0.0] * len(JOINTS))
+    goal.time_from_start.sec = 1
+    request.reference = JointTrajectory(joint_names=JOINTS, points=[goal])
     before = len(commands)
     future = running.call_async(Simulate, "~/simulate", request)
     started = time.monotonic()

@@ -341,11 +341,15 @@ def test_a_field_a_joint_does_not_take_is_refused_with_a_throttled_warning(tmp_p
         while time.monotonic() - begin < 1.0:  # 20 Hz for 1 s: one warning of each
             by_name.publish(JointState(name=["panda_joint1", "panda_joint2"],
                                        velocity=[0.3, math.nan], effort=[5.0, -4.0]))
-            peer.wait_for(lambda: False, 0.05)
+            count = len(states)  # ~20 Hz: the next 10 states at 200 Hz
+            peer.wait_for(lambda count=count: len(states) >= count + 10, 1.0)
         effort = dict(zip(states[-1].name, states[-1].effort))
+        finger = "~/commands: panda_finger_joint1: effort refused"
         for _ in range(3):
             by_array.publish(Float64MultiArray(data=[1.0] * 7 + [0.01]))
-            peer.wait_for(lambda: False, 0.3)
+            assert peer.wait_for(lambda: finger in sim.output(), 5.0), sim.output()
+            count = len(states)  # taken at a tick (200 Hz) before the next one is sent
+            peer.wait_for(lambda count=count: len(states) >= count + 5, 1.0)
     finally:
         peer.close()
         sim.stop()
@@ -376,8 +380,10 @@ def test_a_command_flood_does_not_starve_the_joint_states(tmp_path, lockstep):
     try:
         # the generated kernels are in (a fresh cache per session: they are being compiled)
         assert peer.wait_for(lambda: "dynamics for the steps" in sim.output(), 60), sim.output()
-        peer.wait_for(lambda: False, 1.5)
-        quiet_window = (time.time() - 1.5, time.time())
+        count = len(stamps)  # 1.5 s of states before the flood
+        start = time.time()
+        peer.wait_for(lambda: len(stamps) >= count + int(1.5 * rate), 10.0)
+        quiet_window = (start, time.time())
         flood = subprocess.Popen([sys.executable, str(Path(__file__).with_name(
             "command_flood.py")), "/rb_simulator/commands", str(FLOOD_S), "6"],
             stdout=subprocess.PIPE, text=True)
@@ -385,7 +391,8 @@ def test_a_command_flood_does_not_starve_the_joint_states(tmp_path, lockstep):
         flood_window = (time.time(), time.time() + FLOOD_S)
         peer.wait_for(lambda: flood.poll() is not None, 30)
         sent = flood.stdout.read().strip()
-        peer.wait_for(lambda: False, 0.5)
+        # the states published during the flood, still in flight, are in
+        peer.wait_for(lambda: stamps and stamps[-1] > flood_window[1] + 0.2, 10.0)
     finally:
         if flood is not None and flood.poll() is None:
             flood.kill()

@@ -112,7 +112,11 @@ class ClosedLoop:
         self.params = n.create_client(SetParameters, "/rb_dynamics/set_parameters")
         pause = n.create_client(SetBool, "/rb_simulator/pause")
         assert self.client.wait_for_server(timeout_sec=30.0), self.output()
-        self.peer.wait_for(lambda: False, 0.3)  # the server's writers match this client too
+        # the server's feedback and status writers are known here too (a goal's first
+        # feedback would otherwise be lost)
+        action = "/rb_dynamics/follow_joint_trajectory/_action/"
+        assert self.peer.wait_for(lambda: all(
+            n.count_publishers(action + topic) for topic in ("feedback", "status")), 10.0)
         assert self.peer.call(pause, SetBool.Request(data=False)).success
         # running: commands answer states and sim time advances
         assert self.peer.wait_for(lambda: self.states and self.sim_time() > 0.2, 30.0), \

@@ -95,10 +95,9 @@ class Driver:
                                    "/rb_dynamics/follow_joint_trajectory")
 
     def commanding(self, seconds: float = 0.5) -> bool:
-        """Whether commands keep coming over ``seconds``."""
+        """Whether a command comes within ``seconds``."""
         before = len(self.commands)
-        self.peer.wait_for(lambda: False, seconds)
-        return len(self.commands) > before
+        return self.peer.wait_for(lambda: len(self.commands) > before, seconds)
 
     def send(self, duration: float):
         goal = FollowJointTrajectory.Goal()
@@ -133,7 +132,9 @@ def test_lifecycle_as_in_the_docs_stops_efforts_and_aborts_the_goal(tmp_path):
         assert driver.peer.wait_for(lambda: len(driver.commands) > 10, 20.0), node.output()
         _lifecycle(node, get, "active [3]")
         assert driver.client.wait_for_server(timeout_sec=10.0)
-        driver.peer.wait_for(lambda: False, 0.3)
+        action = "/rb_dynamics/follow_joint_trajectory/_action/"
+        assert driver.peer.wait_for(lambda: all(driver.peer.node.count_publishers(
+            action + topic) for topic in ("feedback", "status")), 10.0)
         handle = driver.send(duration=10)
         assert handle.accepted
         _lifecycle(node, deactivate, "Transitioning successful")
@@ -141,7 +142,7 @@ def test_lifecycle_as_in_the_docs_stops_efforts_and_aborts_the_goal(tmp_path):
         assert (result.error_code, result.error_string) == (
             FollowJointTrajectory.Result.INVALID_GOAL,
             "Current goal cancelled during deactivate transition.")
-        driver.peer.wait_for(lambda: False, 0.2)  # commands already in flight
+        driver.peer.settle(driver.commands)  # commands already in flight
         assert not driver.commanding(0.5)
         _lifecycle(node, get, "inactive [2]")
         assert driver.peer.wait_for(lambda: any(
