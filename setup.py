@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """rb_dynamics: an ament_python package (colcon, ``pip install .`` and ``pip install -e .``)."""
 
 from glob import glob

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The paper's computing-time comparison ([Z23] in docs/conventions.md): 60 s of the
 omnidirectional robot and of the space robot with the Udwadia–Kalaba equation and with the
 extended Rosenberg embedding, same integrator (DOP853, rtol = atol = 1e-10), plus one solve.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Our generated kernels, compiled C and Python, against Pinocchio, on the same states, in one run.
 
     python benchmarks/bench_dynamics.py [--json out.json] [--quick] [--models ur5 panda talos]

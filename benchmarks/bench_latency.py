@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Round-trip latency joint state → effort command, through our node and through a bare echo.
 
 One run measures both, on loopback DDS with reliable QoS, at 1 kHz:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Simulator speed on panda (1 ms steps, joint losses and position limits on): steps per second
 and real-time factor of semi-implicit Euler and RK4, on the compiled roll-out
 (``simulation.compiled_steps``: the step loop in C) and on ``simulation.step`` (Python around the

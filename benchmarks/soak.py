@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Soak: simulator and control node in closed loop at 1 kHz for a long time (not run in CI).
 
     python benchmarks/soak.py [--minutes 10] [--urdf PATH] [--mode computed_torque]

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The closed-loop demo: simulator + controller + reference publisher on the bundled arm.
 
     ros2 launch rb_dynamics demo.launch.py [description_file:=...] [mode:=computed_torque]

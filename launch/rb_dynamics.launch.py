@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """rb_dynamics on a real arm (or any robot): the control node with its description and config.
 
     ros2 launch rb_dynamics rb_dynamics.launch.py description_file:=/path/robot.urdf.xacro \

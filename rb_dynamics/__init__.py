@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """rb_dynamics: rigid-body dynamics (RNEA, CRBA, ABA) of URDF robots, and ROS 2 nodes around it.
 
 The core (``model``, ``dynamics``) needs only NumPy; ``node`` and ``main_job`` need rclpy.

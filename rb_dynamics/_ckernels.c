@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: Apache-2.0
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * rb_dynamics._ckernels: the fixed trampoline between Python and per-model C kernels.
  *

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """One dynamics interface for everything that evaluates a model: control law, services, simulator.
 
 A ``Dynamics`` object is bound to one model and answers ``rnea``, ``gravity``,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Input checks shared by the engine: numbers of the right shape, all finite, or a clear error."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Model-specialised dynamics kernels (Featherstone §10.4, "model-based code generator").
 
 ``compile_dynamics(model)`` writes straight-line code for the given kinematic tree and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Constraints declared as ROS parameters (the YAML of a node), turned into a ConstraintSet.
 
     loop_constraints:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Constrained dynamics ([UK92], [Z23]; docs/conventions.md): constraints as A(q, q̇, t) q̈ = b,
 solved two ways.
 

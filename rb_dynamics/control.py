@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Control laws and reference sampling, free of ROS.
 
 One law (``ControlLaw``) serves the control node, ``~/simulate`` and the tests:

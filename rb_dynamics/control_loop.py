@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The control loop: joint states in, efforts out, on a companion node spun on its own thread.
 
 An rclpy executor pass walks every entity of the nodes it spins (services, parameter services,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Between ROS messages and the model's vectors: by joint name, checked, rclpy-free.
 
 Nothing here imports rclpy or message packages: messages are read through their fields

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What the control node says on /diagnostics, about once a second.
 
 One status per node: the model and where it came from, the mode, the dynamics kernels in use,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Reference rigid-body dynamics on a system model, after Featherstone's spatial_v2.
 
 Each algorithm is one short function: ``rnea`` (ID.m), ``crba`` (HandC.m), ``aba`` (FDab.m),

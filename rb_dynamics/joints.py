@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Joint models (Featherstone's ``jcalc``).
 
 Every joint here has a constant motion subspace S in successor coordinates, so the velocity

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The main job: the simulator and the control node in closed loop, with a report and a plot.
 
 Starts ``rb_dynamics.sim_node`` and ``rb_dynamics.node`` as separate processes on loopback DDS

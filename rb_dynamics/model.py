@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """URDF → Featherstone system model [F08 §4.1–4.4] (references: docs/conventions.md).
 
 Bodies are numbered regularly (parent λ(i) < i; depth-first, children in URDF order).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Where a node's robot comes from: one order, the same for every node of this package.
 
 1. the ``robot_description`` parameter (URDF XML): when set, nothing else is looked at;

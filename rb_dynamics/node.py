@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The rb_dynamics ROS 2 node: gravity compensation and computed torque for a real arm.
 
 A thin layer over the engine: ``JointController`` (the control law, name mapping, staleness,

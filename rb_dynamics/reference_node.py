@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Publishes a smooth reference trajectory for the demo: each joint swings on a period of its
 own (less near its limits) about where the arm is, as a JointTrajectory with exact velocities
 and accelerations (rb_dynamics.main_job.reference).

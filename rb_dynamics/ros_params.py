@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Parameters declared from one table per node: every one has a value, a type and a description.
 
 Every parameter gets a value (an empty list where "none" is meant), so that tools which read

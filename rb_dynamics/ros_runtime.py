@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Running rclpy nodes: until SIGINT/SIGTERM within a bounded time, a thread per hot path,
 throttled warnings, draining a subscription's queue.
 

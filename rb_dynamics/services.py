@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The node's dynamics services, keyed by joint names (any order), never raising into rclpy.
 
 ``~/inverse_dynamics``, ``~/forward_dynamics``, ``~/dynamics_terms`` (M, C q̇, g) and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Forward-dynamics simulation: configuration integration and explicit integrators.
 
 ``integrate(model, q, v, dt)`` moves q along v on the configuration manifold: exact exponential

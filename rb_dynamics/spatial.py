@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Spatial (6-D) vector algebra in Featherstone's conventions.
 
 Motion vectors are [angular; linear], force vectors [moment; force]. A Plücker transform

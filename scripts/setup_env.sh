@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Sets up everything rb_dynamics needs on a machine without ROS, in ./.venv:
 #   1. checks Python >= 3.10 (with venv and headers), a C/C++ compiler, make, cmake
 #   2. creates .venv

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Test session set-up: every ROS process of the suite talks only on loopback, on its own domain.
 
 A random ROS_DOMAIN_ID per pytest session keeps concurrent runs (and a developer's real robot

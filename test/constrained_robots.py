@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The two robots of [Z23] (Zhao et al. 2023; docs/conventions.md), from the paper's equations."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The simulator and the control node in closed loop, for the payload tests (and the figures of
 docs/payload.md): a payload the control node is not told about, identification poses, the
 steady-state error (sag) at a held pose.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Pinocchio as the oracle: builds the same model and converts between conventions explicitly.
 
 Our coordinates: one angle per continuous joint, planar q = [x, y, θ]; Pinocchio's: (cos, sin)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Real processes on real DDS (loopback, a random domain): start nodes, talk to them, stop them.
 
 ``Session`` is the one way the tests meet a node: the node in its own process (``NodeProcess``)

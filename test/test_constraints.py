@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Constrained dynamics: the [Z23] robots (UK vs extended Rosenberg), and engine constraints."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Constrained dynamics against Pinocchio, and a four-bar linkage closed by a loop constraint."""
 
 from __future__ import annotations

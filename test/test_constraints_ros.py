@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Constraints declared in a node's YAML, honoured by the topic-driven simulator, ~/simulate and
 ~/forward_dynamics: a four-bar linkage (a URDF tree plus one loop constraint) stays closed."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The control node as a real process: torques equal Pinocchio's for the same state.
 
 A test process plays the robot driver (joint_states), the trajectory publisher and the effort

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The control node's options across processes: where the model comes from, best-effort joint
 states (the standard QoS override and the deprecated alias), friction compensation, the
 publish-rate limit, and running without control_msgs."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Physics checks that need no oracle: structure of M, ABA ∘ RNEA, energy, the [C05] two-link arm,
 and batched evaluation equal to state-by-state evaluation."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Every dynamics quantity against Pinocchio on real robots and on the kitchen-sink URDF.
 
 For each model, 100 random states; relative error ≤ 1e-9 for τ, g, C v + g, M, q̈, centres

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Generated Python kernels (rb_dynamics.codegen) against the reference dynamics and Pinocchio.
 
 For ur5, panda (mimic finger), solo12 and talos (free-flyer roots) and the kitchen-sink URDF

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Faults across processes: the simulator dies and comes back, a description with other joints
 arrives mid-run; SIGTERM/SIGINT stop nodes quickly."""
 

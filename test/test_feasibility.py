@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Trajectory efforts against Pinocchio along trajectories, the controller's spline where the
 points lack derivatives, and the feasibility report's first infeasible point."""
 

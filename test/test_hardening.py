@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Nothing a user or a peer sends may kill, stall or fool the nodes (issue 15), across processes.
 
 Each test plays a hostile or careless peer against the real nodes on loopback DDS and checks

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Parameters reach the real nodes; the shipped parameter files document every parameter with
 its default and start the nodes; the launch files evaluate.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The main job end to end: simulator and control node in separate processes, over DDS."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Bad URDFs raise URDFError naming the element; bad states raise ValueError naming the argument."""
 
 from __future__ import annotations

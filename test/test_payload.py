@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Payloads: the model with a payload against Pinocchio with the same payload, the runtime
 payload effort against the reference, the regressors against Pinocchio's, identification from
 noisy resting efforts, and the refusals."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """PayloadDynamics (the bare robot's kernels plus the payload's terms) against Pinocchio with the
 same payload: every Dynamics method, one state and batches, external wrenches, and its
 refusals."""

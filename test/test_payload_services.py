@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The control node's payload services as a real process: ~/set_payload changes the control law
 and the dynamics services (against Pinocchio with the same payload), the payload.* start-up
 parameters, ~/trajectory_efforts against pin.rnea and its feasibility report, and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The four dynamics services of ``rb_dynamics.services.DynamicsServices``, served by the control
 node in its own process and called from this process over loopback DDS.
 

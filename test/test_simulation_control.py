@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Integrators, limit stops, trajectory sampling and control laws (no ROS involved)."""
 
 from __future__ import annotations

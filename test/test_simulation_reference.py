@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Reference cases for the simulator: the [PP] chains against Pinocchio integrated the same
 way, and the energy of a free panda over 10 s."""
 

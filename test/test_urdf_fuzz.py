@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Hostile URDFs (hypothesis): the parser builds a valid model or raises URDFError, quickly.
 
 Mutations of real and test URDFs: attribute values replaced by numbers, huge numbers, 'nan',

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Small URDFs written by the tests to exercise every joint type and URDF feature."""
 
 from __future__ import annotations
