@@ -8,26 +8,21 @@ remapped onto the simulator's input.
 """
 
 from launch.actions import DeclareLaunchArgument
-from launch.substitutions import Command, FindExecutable, LaunchConfiguration, PathJoinSubstitution
+from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
 from launch_ros.actions import Node
-from launch_ros.parameter_descriptions import ParameterValue
 from launch_ros.substitutions import FindPackageShare
 
 from launch import LaunchDescription
+from rb_dynamics.launch_support import description_file_argument, robot_description
 
 
 def generate_launch_description() -> LaunchDescription:
     share = FindPackageShare("rb_dynamics")
     arguments = [
-        DeclareLaunchArgument(
-            "description_file",
-            default_value=PathJoinSubstitution([share, "urdf", "default_arm.urdf"]),
-            description="URDF or xacro file of the robot"),
+        description_file_argument(),
         DeclareLaunchArgument("mode", default_value="computed_torque"),
     ]
-    description = ParameterValue(
-        Command([FindExecutable(name="xacro"), " ", LaunchConfiguration("description_file")]),
-        value_type=str)
+    description = robot_description()
     simulator = Node(
         package="rb_dynamics", executable="rb_simulator", name="rb_simulator", output="screen",
         parameters=[PathJoinSubstitution([share, "config", "simulator.yaml"]),

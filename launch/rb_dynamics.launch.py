@@ -9,21 +9,19 @@ parameter, so it is never parsed as YAML.
 """
 
 from launch.actions import DeclareLaunchArgument
-from launch.substitutions import Command, FindExecutable, LaunchConfiguration, PathJoinSubstitution
+from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
 from launch_ros.actions import Node
 from launch_ros.parameter_descriptions import ParameterValue
 from launch_ros.substitutions import FindPackageShare
 
 from launch import LaunchDescription
+from rb_dynamics.launch_support import description_file_argument, robot_description
 
 
 def generate_launch_description() -> LaunchDescription:
     share = FindPackageShare("rb_dynamics")
     arguments = [
-        DeclareLaunchArgument(
-            "description_file",
-            default_value=PathJoinSubstitution([share, "urdf", "default_arm.urdf"]),
-            description="URDF or xacro file of the robot"),
+        description_file_argument(),
         DeclareLaunchArgument(
             "mode", default_value="gravity_compensation",
             description="gravity_compensation or computed_torque"),
@@ -38,9 +36,7 @@ def generate_launch_description() -> LaunchDescription:
             description="the effort controller's std_msgs/Float64MultiArray input"),
         DeclareLaunchArgument("use_sim_time", default_value="false"),
     ]
-    description = ParameterValue(
-        Command([FindExecutable(name="xacro"), " ", LaunchConfiguration("description_file")]),
-        value_type=str)
+    description = robot_description()
     node = Node(
         package="rb_dynamics",
         executable="rb_dynamics_node",

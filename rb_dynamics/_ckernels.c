@@ -451,6 +451,17 @@ static int accel_implicit(const Stepper *s, const double *q, const double *v, co
     return cholesky_solve(s->M, a, n) && all_finite(a, n);
 }
 
+/* The next RK4 stage's state from the previous stage's velocity vp and acceleration kp:
+   (q + vp·h, v + kp·h) */
+static void rk4_stage(Py_ssize_t n, double h, const double *q, const double *v, const double *vp,
+                      const double *kp, double *qs, double *vs)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        vs[i] = v[i] + h * kp[i];
+        qs[i] = q[i] + vp[i] * h;
+    }
+}
+
 /* One step from (q, v) into (q1, v1); a is the acceleration at the start of the step */
 static int one_step(const Stepper *s, int method, const double *q, const double *v,
                     const double *tau, double *q1, double *v1, double *a)
@@ -470,22 +481,13 @@ static int one_step(const Stepper *s, int method, const double *q, const double 
     double *const *k = s->a, *v2 = s->vs[0], *v3 = s->vs[1], *v4 = s->vs[2], *qs = s->qs;
     if (!accel(s, q, v, tau, k[0]))
         return 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        v2[i] = v[i] + half * k[0][i];
-        qs[i] = q[i] + v[i] * half;
-    }
+    rk4_stage(n, half, q, v, v, k[0], qs, v2);
     if (!accel(s, qs, v2, tau, k[1]))
         return 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        v3[i] = v[i] + half * k[1][i];
-        qs[i] = q[i] + v2[i] * half;
-    }
+    rk4_stage(n, half, q, v, v2, k[1], qs, v3);
     if (!accel(s, qs, v3, tau, k[2]))
         return 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        v4[i] = v[i] + dt * k[2][i];
-        qs[i] = q[i] + v3[i] * dt;
-    }
+    rk4_stage(n, dt, q, v, v3, k[2], qs, v4);
     if (!accel(s, qs, v4, tau, k[3]))
         return 0;
     for (Py_ssize_t i = 0; i < n; i++) {

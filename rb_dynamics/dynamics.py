@@ -81,12 +81,8 @@ def _joint_q(model: Model, q: np.ndarray, i: int) -> np.ndarray:
 
 def _joint_v(model: Model, v: np.ndarray, i: int) -> np.ndarray:
     """Body i's joint velocity (or acceleration) variables: G v, row block i."""
-    mimic = model.body_mimic[i]
-    if mimic is None:
-        start = model.body_v_index[i]
-        return v[..., start:start + model.joint[i].nv]
-    _, v_leader, mult, _ = mimic
-    return mult * v[..., v_leader:v_leader + 1]
+    dofs, scale = _dof(model, i)
+    return scale * v[..., dofs]
 
 
 def _dof(model: Model, i: int) -> tuple[slice, float]:

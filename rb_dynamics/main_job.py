@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from . import DEFAULT_URDF
-from .model import load_model
+from .model import Model, load_model
 from .ros_env import keep_local
 
 SIM, CONTROL = "rb_simulator", "rb_dynamics"
@@ -79,7 +79,7 @@ def reference(t: np.ndarray | float, q0: np.ndarray, amp: np.ndarray):
             amp * w * w * (s * s + (1 - c) * c) / 2)
 
 
-def _initial_configuration(model) -> np.ndarray:
+def initial_configuration(model: Model) -> np.ndarray:
     """A bent, comfortable pose inside the limits: 30 % of the way from the middle."""
     lower, upper = model.position_lower, model.position_upper
     mid = np.where(np.isfinite(lower + upper), (lower + upper) / 2, 0.0)
@@ -127,7 +127,7 @@ class Plan:
         joints = model.actuated_joint_names
         q_index = [model.joint_q_index[model.joint_index(n)] for n in joints]
         v_index = [model.joint_v_index[model.joint_index(n)] for n in joints]
-        q0 = _initial_configuration(model)[q_index]
+        q0 = initial_configuration(model)[q_index]
         amp = reference_amplitude(q0, model.position_lower[q_index],
                                   model.position_upper[q_index], model.velocity_limit[v_index])
         return cls(model, joints, q0, amp, model.effort_limit[v_index])

@@ -215,20 +215,27 @@ def _floats(text: str | None, count: int, where: str, default: tuple[float, ...]
     return np.array(values)
 
 
-def _float(text: str | None, where: str, default: float | None = None, allow_inf=False) -> float:
-    if text is None:
-        if default is None:
-            raise URDFError(f"{where}: missing value")
-        return default
+def _number(text: str, where: str, allow_inf: bool = False,
+            largest: float = MAX_MAGNITUDE) -> float:
+    """``text`` as a float: never NaN, ±inf only if ``allow_inf``, finite within ±``largest``."""
     try:
         value = float(text)
     except ValueError:
         raise URDFError(f"{where}: {text!r} is not a number") from None
     if math.isnan(value) or (math.isinf(value) and not allow_inf):
         raise URDFError(f"{where}: non-finite number {text!r}")
-    if not allow_inf and abs(value) > MAX_MAGNITUDE:
-        raise URDFError(f"{where}: {text!r} is implausibly large (limit {MAX_MAGNITUDE:g})")
+    if math.isfinite(value) and abs(value) > largest:
+        raise URDFError(f"{where}: {text!r} is implausibly large (limit {largest:g})")
     return value
+
+
+def _float(text: str | None, where: str, default: float | None = None, allow_inf=False) -> float:
+    if text is None:
+        if default is None:
+            raise URDFError(f"{where}: missing value")
+        return default
+    # a limit (allow_inf) may be as large as the URDF says: inf is its "unlimited"
+    return _number(text, where, allow_inf, math.inf if allow_inf else MAX_MAGNITUDE)
 
 
 def _origin(elem: ET.Element | None, where: str) -> tuple[np.ndarray, np.ndarray]:

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .model import MAX_MAGNITUDE, Model, URDFError, _parse_xml, _read_source
+from .model import Model, URDFError, _number, _parse_xml, _read_source
 
 __all__ = [
     "COMMAND_FIELDS",
@@ -159,18 +159,6 @@ def _bool(text: str | None, where: str) -> bool:
     if value in _TRUE or value in _FALSE:
         return value in _TRUE
     raise URDFError(f"{where}: {text!r} is not true or false")
-
-
-def _number(text: str, where: str, allow_inf: bool = False) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise URDFError(f"{where}: {text!r} is not a number") from None
-    if math.isnan(value) or (math.isinf(value) and not allow_inf):
-        raise URDFError(f"{where}: non-finite number {text!r}")
-    if math.isfinite(value) and abs(value) > MAX_MAGNITUDE:
-        raise URDFError(f"{where}: {text!r} is implausibly large (limit {MAX_MAGNITUDE:g})")
-    return value
 
 
 def _params(elem: ET.Element, where: str) -> dict[str, str]:

@@ -53,11 +53,22 @@ def ur_block(plugin: str = "mock_components/GenericSystem") -> str:
   </ros2_control>"""
 
 
+def state_interfaces(initial: float | None = None) -> str:
+    """Position, velocity and effort state interfaces; the position's initial_value if given."""
+    if initial is None:
+        return ALL_STATES
+    return (f'<state_interface name="position"><param name="initial_value">{initial}</param>'
+            '</state_interface><state_interface name="velocity"/><state_interface name="effort"/>')
+
+
 def panda_block(fingers: str = "", arm: str = "effort", name: str = "panda",
-                plugin: str = TOPIC_PLUGIN, joints: list[str] | None = None) -> str:
-    """Arm in ``arm`` command, finger 1 in position (0..0.04), finger 2 its mimic."""
-    rows = [f'<joint name="{j}"><command_interface name="{arm}"/>{ALL_STATES}</joint>'
-            for j in (PANDA_ARM if joints is None else joints)]
+                plugin: str = TOPIC_PLUGIN, joints: list[str] | None = None,
+                initial: list[float] | None = None) -> str:
+    """Arm in ``arm`` command, finger 1 in position (0..0.04), finger 2 its mimic; ``initial``:
+    the arm joints' position initial_value, in order."""
+    joints = PANDA_ARM if joints is None else joints
+    rows = [f'<joint name="{j}"><command_interface name="{arm}"/>{state_interfaces(q)}</joint>'
+            for j, q in zip(joints, [None] * len(joints) if initial is None else initial)]
     rows.append(fingers or f"""
     <joint name="panda_finger_joint1">
       <command_interface name="position"><param name="min">0.0</param>

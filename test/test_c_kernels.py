@@ -16,12 +16,11 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from gil_probe import ticks_during
 from pin_oracle import (
     REAL_ROBOTS,
     Oracle,
@@ -257,22 +256,8 @@ def test_batched_call_releases_the_gil(module_cache):
     Q = np.array([random_state(model, rng)[0] for _ in range(200)])
     Q = np.tile(Q, (200, 1))  # 40,000 states: ~0.1-0.2 s of ABA
     v, tau = np.zeros(model.nv), np.zeros(model.nv)
-    span = []
-
-    def worker():
-        start = time.perf_counter()
-        fast.aba(Q, v, tau)
-        span.extend([start, time.perf_counter()])
-
-    thread = threading.Thread(target=worker)
-    ticks = []
-    thread.start()
-    while thread.is_alive():
-        ticks.append(time.perf_counter())
-    thread.join()
-    start, stop = span
-    inside = np.array([t for t in ticks if start <= t <= stop])
-    # with the GIL held for the whole loop this thread could not tick during the call
+    start, stop, inside = ticks_during(lambda: fast.aba(Q, v, tau))
+    # with the GIL held for the whole call the test's thread could not tick during it
     assert stop - start > 0.05 and len(inside) > 100
     assert np.diff(inside).max() < 0.5 * (stop - start)
 

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import math
-import threading
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from gil_probe import ticks_during
 from pin_oracle import REAL_ROBOTS, rel_err, robots_dir
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
@@ -249,22 +248,9 @@ def test_only_fixed_base_one_dof_models_with_c_kernels_take_it():
 def test_the_roll_out_releases_the_gil(arm):
     _, model, dyn = arm
     fast = compiled_steps(dyn, "rk4", limits=False)
-    span = []
-
-    def worker():
-        start = time.perf_counter()
-        fast.run(np.zeros(model.nv), np.zeros(model.nv), np.zeros(model.nv), 1e-4, 100_000)
-        span.extend([start, time.perf_counter()])
-
-    thread = threading.Thread(target=worker)
-    ticks = []
-    thread.start()
-    while thread.is_alive():
-        ticks.append(time.perf_counter())
-    thread.join()
-    start, stop = span
-    inside = np.array([t for t in ticks if start <= t <= stop])
-    # with the GIL held for the whole loop this thread could not tick during the call
+    start, stop, inside = ticks_during(lambda: fast.run(
+        np.zeros(model.nv), np.zeros(model.nv), np.zeros(model.nv), 1e-4, 100_000))
+    # with the GIL held for the whole call the test's thread could not tick during it
     assert len(inside) > 100 and np.diff(inside).max() < 0.5 * (stop - start)
 
 

@@ -22,6 +22,15 @@ UR5 = Path(robots_dir(), REAL_ROBOTS["ur5"][0])
 PANDA = Path(robots_dir(), REAL_ROBOTS["panda"][0])
 
 
+def assert_commands_gravity(node, urdf: Path, q) -> None:
+    """The node answers joint state ``q`` at rest, ordered as the URDF's actuated joints, with
+    Pinocchio's g(q) (the default mode, gravity compensation)."""
+    joints = load_model(urdf).actuated_joint_names
+    tau = node.command_after(joints, q)
+    assert tau is not None, node.output()
+    assert rel_err(tau, arm_torques(urdf, joints, q)) <= 1e-9
+
+
 def test_waits_without_a_description_and_then_takes_the_topic(tmp_path):
     node = control_node(tmp_path, {"state_timeout": 1.0})
     commands = node.commands
@@ -35,11 +44,7 @@ def test_waits_without_a_description_and_then_takes_the_topic(tmp_path):
         assert not commands
         assert node.output().count("waiting for a robot description") == 1  # said once
         node.describe(UR5.read_text())
-        joints = load_model(UR5).actuated_joint_names
-        q = np.array([0.3, -1.1, 0.9, -0.4, 0.6, 0.2])
-        tau = node.command_after(joints, q)
-        assert tau is not None, node.output()
-        assert rel_err(tau, arm_torques(UR5, joints, q)) <= 1e-9
+        assert_commands_gravity(node, UR5, np.array([0.3, -1.1, 0.9, -0.4, 0.6, 0.2]))
         assert "/robot_description topic" in node.output()
     finally:
         node.close()
@@ -153,11 +158,7 @@ def test_namespace_node_name_and_remappings_reach_the_control_loop(tmp_path):
                         commands_topic="/arm_controller/commands",
                         states_topic="/driver/joint_states")
     try:
-        joints = load_model(UR5).actuated_joint_names
-        q = np.array([0.3, -0.8, 0.9, -0.2, 0.5, 0.1])
-        tau = node.command_after(joints, q)
-        assert tau is not None, node.output()
-        assert rel_err(tau, arm_torques(UR5, joints, q)) <= 1e-9
+        assert_commands_gravity(node, UR5, np.array([0.3, -0.8, 0.9, -0.2, 0.5, 0.1]))
         names = set(node.peer.node.get_node_names_and_namespaces())
         assert {("arm", "/robot1"), ("arm_control_loop", "/robot1")} <= names, names
     finally:
@@ -172,11 +173,7 @@ def test_without_control_msgs_the_node_runs_and_says_why(tmp_path):
     node = control_node(tmp_path, {"urdf_path": str(DEFAULT_URDF), "state_timeout": 1.0},
                         prelude="import sys; sys.modules['control_msgs'] = None")
     try:
-        joints = load_model(DEFAULT_URDF).actuated_joint_names
-        q = np.array([0.2, -0.8, 1.0, -0.3, 0.5, 0.1])
-        tau = node.command_after(joints, q)
-        assert tau is not None, node.output()
-        assert rel_err(tau, arm_torques(DEFAULT_URDF, joints, q)) <= 1e-9
+        assert_commands_gravity(node, DEFAULT_URDF, np.array([0.2, -0.8, 1.0, -0.3, 0.5, 0.1]))
         assert node.output().count("control_msgs is not installed") == 1, node.output()
         assert "no ~/follow_joint_trajectory action" in node.output()
         actions = dict(get_action_names_and_types(node.peer.node))

@@ -13,6 +13,7 @@ import numpy as np
 import pinocchio as pin
 import pytest
 from diagnostic_msgs.msg import DiagnosticArray
+from payload_rig import set_payload_request as set_request
 from pin_oracle import REAL_ROBOTS, Oracle, rel_err, robots_dir
 from ros_harness import NodeProcess, Peer, answer_after, write_params
 from sensor_msgs.msg import JointState
@@ -40,14 +41,6 @@ TOL = 1e-9
 
 def pin_rnea(oracle: Oracle, q, v, a) -> np.ndarray:
     return oracle.from_v(pin.rnea(oracle.pm, oracle.pd, oracle.q(q), oracle.v(v), oracle.v(a)))
-
-
-def set_request(link: str, mass: float, com, inertia=None) -> SetPayload.Request:
-    request = SetPayload.Request(link=link, mass=float(mass))
-    request.com.x, request.com.y, request.com.z = (float(c) for c in com)
-    if inertia is not None:
-        request.inertia = np.asarray(inertia, dtype=float).reshape(-1).tolist()
-    return request
 
 
 class Rig:

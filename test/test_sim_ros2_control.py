@@ -21,9 +21,7 @@ import numpy as np
 import pytest
 from rclpy.qos import QoSProfile, qos_profile_sensor_data
 from ros2_control_samples import (
-    ALL_STATES,
     PANDA_ARM,
-    TOPIC_PLUGIN,
     UR_JOINTS,
     panda_block,
     robot_xml,
@@ -52,28 +50,7 @@ REMAPS = ("-r", f"~/joint_commands:={COMMANDS}", "-r", f"joint_states:={STATES}"
 def panda_sim_block() -> str:
     """The README's block: the arm on effort from the ready pose, finger 1 on position, finger 2
     its URDF mimic (states only); the plugin's default topics, commands sent every cycle."""
-    arm = "".join(f"""
-    <joint name="{name}"><command_interface name="effort"/>
-      <state_interface name="position"><param name="initial_value">{q}</param></state_interface>
-      <state_interface name="velocity"/><state_interface name="effort"/></joint>"""
-                  for name, q in zip(PANDA_ARM, PANDA_READY))
-    return f"""
-  <ros2_control name="panda_sim" type="system">
-    <hardware>
-      <plugin>{TOPIC_PLUGIN}</plugin>
-      <param name="joint_commands_topic">{COMMANDS}</param>
-      <param name="joint_states_topic">{STATES}</param>
-      <param name="trigger_joint_command_threshold">-1</param>
-    </hardware>{arm}
-    <joint name="{FINGER}">
-      <command_interface name="position"><param name="min">0.0</param>
-        <param name="max">0.04</param></command_interface>
-      <state_interface name="position"><param name="initial_value">0.02</param>
-      </state_interface>
-      <state_interface name="velocity"/><state_interface name="effort"/>
-    </joint>
-    <joint name="panda_finger_joint2">{ALL_STATES}</joint>
-  </ros2_control>"""
+    return panda_block(name="panda_sim", initial=PANDA_READY)
 
 
 def stamp_of(msg) -> float:

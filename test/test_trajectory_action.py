@@ -26,6 +26,7 @@ from std_srvs.srv import SetBool
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from rb_dynamics import DEFAULT_URDF
+from rb_dynamics.main_job import initial_configuration as _start_pose  # a bent pose in the limits
 from rb_dynamics.model import load_model
 from rb_dynamics.trajectory_action import MISSING
 
@@ -43,15 +44,6 @@ if MISSING is None:
 PANDA = Path(robots_dir(), REAL_ROBOTS["panda"][0])
 ROBOTS = {"default_arm": DEFAULT_URDF, "panda": PANDA}
 KP, KD = 400.0, 40.0
-
-
-def _start_pose(model) -> np.ndarray:
-    """A bent pose inside the limits (the main job's)."""
-    lower, upper = model.position_lower, model.position_upper
-    mid = np.where(np.isfinite(lower + upper), (lower + upper) / 2, 0.0)
-    q0 = mid.copy()
-    q0[1::2] += 0.3 * np.where(np.isfinite(upper - mid), upper - mid, 1.0)[1::2]
-    return q0
 
 
 def min_jerk_points(q0: np.ndarray, q1: np.ndarray, duration: float, count: int
