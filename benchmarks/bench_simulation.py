@@ -32,8 +32,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "test"))
 from pin_oracle import REAL_ROBOTS, robots_dir  # noqa: E402
 
-from rb_dynamics.backend import KERNEL_METHODS  # noqa: E402
-from rb_dynamics.codegen import compile_dynamics  # noqa: E402
+from rb_dynamics.backend import (
+    KERNEL_METHODS,  # noqa: E402
+    compile_dynamics,  # noqa: E402
+)
 from rb_dynamics.model import load_model  # noqa: E402
 from rb_dynamics.simulation import Simulator  # noqa: E402
 

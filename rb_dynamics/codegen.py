@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """Model-specialised dynamics kernels (Featherstone §10.4, "model-based code generator").
 
-``compile_dynamics(model)`` writes straight-line code for the given kinematic tree and
-compiles it: as C (``codegen_c``, compiled and cached by ``kernel_cache``, several times faster
-than Pinocchio per call) when a C compiler is available, else as Python. Every spatial quantity
+This module writes straight-line code for a given kinematic tree, which
+``backend.compile_dynamics(model)`` compiles: as C (``codegen_c``, compiled and cached by
+``kernel_cache``, several times faster than Pinocchio per call) when a C compiler is available,
+else as Python. Every spatial quantity
 is unrolled into scalars; joint axes, tree transforms and inertias become literal constants,
 and terms that are exactly 0 or 1 are folded away, so a revolute joint about z costs one
 ``cos``/``sin`` pair and a handful of products. Transforms are kept as (E rotation, r
@@ -39,7 +40,7 @@ from . import dynamics as _ref
 from .model import Model
 from .spatial import transform_parts
 
-__all__ = ["FastDynamics", "KernelIR", "compile_dynamics"]
+__all__ = ["FastDynamics", "KernelIR", "kernels_choice"]
 
 _ROT_SNAP = 1e-14
 _INERTIA_SNAP = 1e-14
@@ -946,7 +947,7 @@ def _check_single(x, n: int, name: str):
 
 
 class FastDynamics:
-    """Model-specialised kernels run by Python; see ``compile_dynamics``.
+    """Model-specialised kernels run by Python; see ``backend.compile_dynamics``.
 
     Each method accepts one state as (n,) arrays or a batch as (N, n) arrays (1-D arguments are
     broadcast against batched ones) and returns numpy arrays shaped like the reference's.
@@ -1052,22 +1053,3 @@ def kernels_choice(kernels: str | None = None) -> str:
     elif kernels not in KERNEL_CHOICES:
         raise ValueError(f"kernels must be one of {KERNEL_CHOICES}, not {kernels!r}")
     return kernels
-
-
-def compile_dynamics(model: Model, kernels: str | None = None):
-    """Generate and compile straight-line kernels specialised to ``model``.
-
-    ``kernels``: "c" (compiled by the system C compiler, cached; raises ``KernelBuildError``
-    when that is impossible), "python" (``FastDynamics``), or "auto": C when a compiler and
-    the ``rb_dynamics._ckernels`` extension are available, else Python with one log line.
-    None reads ``$RB_DYNAMICS_KERNELS`` (default "auto"). Both kinds give the same results
-    (≤ 1e-12 relative), shapes and exceptions; a model whose forward dynamics is undefined
-    (a joint moving only massless links) compiles, and its ``aba`` raises ValueError.
-    """
-    kernels = kernels_choice(kernels)
-    ir = _generate(model)
-    if kernels == "python":
-        return FastDynamics(model, ir)
-    from . import kernel_cache  # the C backend needs this module, not the other way round
-
-    return kernel_cache.load_or_build(model, ir, required=kernels == "c") or FastDynamics(model, ir)

@@ -2,7 +2,7 @@
 """Per-model C kernels: compiled by the system C compiler, cached on disk, called through
 the fixed trampoline ``rb_dynamics._ckernels``.
 
-``compile_dynamics(model)`` (in ``codegen``) uses ``load_or_build``; nodes that must not wait
+``backend.compile_dynamics(model)`` uses ``load_or_build``; nodes that must not wait
 for a compiler use ``cached_kernels`` (a cache hit or None, no compiler run) and
 ``start_compile`` (generation and compilation in a background thread, the compiler itself in
 subprocesses, so the GIL is free meanwhile).

@@ -35,7 +35,7 @@ from urdf_samples import kitchen_sink_urdf
 
 from rb_dynamics import dynamics as D
 from rb_dynamics import kernel_cache
-from rb_dynamics.codegen import compile_dynamics
+from rb_dynamics.backend import compile_dynamics
 from rb_dynamics.kernel_cache import KernelBuildError, cached_kernels, start_compile
 from rb_dynamics.model import load_model
 
@@ -274,7 +274,7 @@ logging.getLogger("rb_dynamics.kernels").setLevel(logging.DEBUG)
 if "no-trampoline" in sys.argv:
     sys.modules["rb_dynamics._ckernels"] = None  # as if the extension was never built
 import numpy as np
-from rb_dynamics.codegen import compile_dynamics
+from rb_dynamics.backend import compile_dynamics
 from rb_dynamics.kernel_cache import KernelBuildError, cached_kernels
 from rb_dynamics.model import load_model
 model = load_model(sys.stdin.read())

@@ -21,8 +21,7 @@ from pin_oracle import REAL_ROBOTS, rel_err, robots_dir
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from rb_dynamics import kernel_cache
-from rb_dynamics.backend import KERNEL_METHODS, LiveDynamics, ReferenceDynamics
-from rb_dynamics.codegen import compile_dynamics
+from rb_dynamics.backend import KERNEL_METHODS, LiveDynamics, ReferenceDynamics, compile_dynamics
 from rb_dynamics.constraints import ConstraintSet
 from rb_dynamics.model import load_model
 from rb_dynamics.services import RollOut

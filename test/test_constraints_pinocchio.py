@@ -11,7 +11,7 @@ import pytest
 from pin_oracle import REAL_ROBOTS, Oracle, random_state, rel_err, robots_dir
 
 from rb_dynamics import dynamics as D
-from rb_dynamics.codegen import compile_dynamics
+from rb_dynamics.backend import compile_dynamics
 from rb_dynamics.constraints import (
     Baumgarte,
     FixedPoint,

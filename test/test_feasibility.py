@@ -15,7 +15,7 @@ from urdf_samples import kitchen_sink_urdf
 from rb_dynamics import DEFAULT_URDF
 from rb_dynamics import dynamics as D
 from rb_dynamics import feasibility as F
-from rb_dynamics.codegen import compile_dynamics
+from rb_dynamics.backend import compile_dynamics
 from rb_dynamics.control import TrajectoryPoint, TrajectorySampler
 from rb_dynamics.model import load_model
 from rb_dynamics.payload import Payload, with_payload

@@ -13,8 +13,7 @@ import pytest
 from pin_oracle import REAL_ROBOTS, Oracle, random_state, rel_err, robots_dir
 
 from rb_dynamics import DEFAULT_URDF
-from rb_dynamics.backend import ReferenceDynamics
-from rb_dynamics.codegen import compile_dynamics
+from rb_dynamics.backend import ReferenceDynamics, compile_dynamics
 from rb_dynamics.model import load_model
 from rb_dynamics.payload import Payload, PayloadDynamics, default_payload_link
 

@@ -20,7 +20,7 @@ from ros_harness import Session, control_node
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from rb_dynamics import dynamics as D
-from rb_dynamics.codegen import compile_dynamics
+from rb_dynamics.backend import compile_dynamics
 from rb_dynamics.joints import JOINT_DIMENSIONS
 from rb_dynamics.model import Model, load_model
 from rb_dynamics.simulation import joint_losses, step

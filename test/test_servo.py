@@ -18,8 +18,7 @@ from topic_hardware_emulator import TopicHardwareEmulator
 
 from rb_dynamics import DEFAULT_URDF
 from rb_dynamics import dynamics as D
-from rb_dynamics.backend import ReferenceDynamics
-from rb_dynamics.codegen import compile_dynamics
+from rb_dynamics.backend import ReferenceDynamics, compile_dynamics
 from rb_dynamics.model import load_model
 from rb_dynamics.ros2_control import (
     COMMAND_FIELDS,

@@ -16,7 +16,7 @@ from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import SetBool, Trigger
 
 from rb_dynamics import dynamics as D
-from rb_dynamics.codegen import compile_dynamics
+from rb_dynamics.backend import compile_dynamics
 from rb_dynamics.model import load_model
 from rb_dynamics.simulation import Simulator
 from rb_dynamics_interfaces.srv import SetState

@@ -13,7 +13,7 @@ import pytest
 from pin_oracle import REAL_ROBOTS, robots_dir
 
 from rb_dynamics import dynamics as D
-from rb_dynamics.codegen import compile_dynamics
+from rb_dynamics.backend import compile_dynamics
 from rb_dynamics.model import load_model
 from rb_dynamics.simulation import step
 
