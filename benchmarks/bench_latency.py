@@ -66,6 +66,121 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
+class _Driver:
+    """The driver's side of a run: publishes joint states, records every answer (with its
+    arrival time) and the node's running totals on /diagnostics."""
+
+    def __init__(self, joints: list[str], configurations: np.ndarray):
+        import rclpy
+        from diagnostic_msgs.msg import DiagnosticArray
+        from rclpy.executors import SingleThreadedExecutor
+        from rclpy.qos import QoSProfile, ReliabilityPolicy
+        from sensor_msgs.msg import JointState
+        from std_msgs.msg import Float64MultiArray
+
+        from rb_dynamics.diagnostics import read_totals
+
+        self.context = rclpy.Context()
+        rclpy.init(context=self.context)
+        self.node = rclpy.create_node("latency_driver", context=self.context)
+        self.executor = SingleThreadedExecutor(context=self.context)
+        self.executor.add_node(self.node)
+        self.qos = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
+        self.pub = self.node.create_publisher(JointState, "joint_states", self.qos)
+        self.received: list[tuple[float, np.ndarray]] = []
+        self.totals: list[tuple[float, dict[str, float]]] = []
+        self.node.create_subscription(
+            Float64MultiArray, "rb_dynamics/effort_commands",
+            lambda m: self.received.append((time.perf_counter(), np.array(m.data))), self.qos)
+
+        def on_diagnostics(msg):
+            for status in msg.status:
+                if (entry := read_totals(status)) is not None:
+                    self.totals.append((time.perf_counter(), entry))
+
+        self.node.create_subscription(DiagnosticArray, "/diagnostics", on_diagnostics, 10)
+        self.messages = [JointState(name=joints, position=[float(x) for x in q],
+                                    velocity=[0.0] * len(joints)) for q in configurations]
+
+    def close(self) -> None:
+        import rclpy
+
+        self.executor.shutdown()
+        self.node.destroy_node()
+        rclpy.shutdown(context=self.context)
+
+    def settle(self, quiet: float = 0.1) -> None:
+        """Spin until no answer has arrived for ``quiet`` seconds."""
+        quiet_until = time.monotonic() + quiet
+        while time.monotonic() < quiet_until:
+            count = len(self.received)
+            self.executor.spin_once(timeout_sec=0.01)
+            if len(self.received) != count:
+                quiet_until = time.monotonic() + quiet
+
+    def warm_up(self, deadline: float, cmd: list[str]) -> None:
+        """Discovery and the first answer."""
+        while not self.received and time.monotonic() < deadline:
+            self.pub.publish(self.messages[0])
+            self.executor.spin_once(timeout_sec=0.05)
+        if not self.received:
+            raise RuntimeError(f"no answer from {cmd}")
+
+    def send_set_point(self, joints: list[str], set_point) -> None:
+        from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+
+        trajectory = self.node.create_publisher(JointTrajectory, "rb_dynamics/trajectory",
+                                                self.qos)
+        while trajectory.get_subscription_count() == 0:
+            self.executor.spin_once(timeout_sec=0.01)
+        trajectory.publish(JointTrajectory(joint_names=joints, points=[
+            JointTrajectoryPoint(positions=[float(x) for x in set_point])]))
+
+    def learn_answers(self) -> np.ndarray:
+        """One round trip per state: the answer that names it, one row per state."""
+        expected = []
+        for message in self.messages:
+            count = len(self.received)
+            self.pub.publish(message)
+            while len(self.received) == count:
+                self.executor.spin_once(timeout_sec=0.01)
+            self.settle(0.02)
+            expected.append(self.received[-1][1])
+        return np.array(expected)
+
+    def next_totals(self, deadline: float) -> int:
+        """Wait for the next diagnostics report (until ``deadline``); the newest one's index."""
+        before = len(self.totals)
+        while len(self.totals) == before and time.monotonic() < deadline:
+            self.executor.spin_once(timeout_sec=0.05)
+        return len(self.totals) - 1
+
+    def stream(self, rate: float, seconds: float) -> list[float]:
+        """Publish the states in turn at ``rate`` for ``seconds``; the send times."""
+        self.received.clear()
+        sent: list[float] = []
+        period = 1.0 / rate
+        next_time = time.perf_counter()
+        end = next_time + seconds
+        while next_time < end:
+            now = time.perf_counter()
+            if now >= next_time:
+                self.pub.publish(self.messages[len(sent) % len(self.messages)])
+                sent.append(now)
+                next_time += period
+            self.executor.spin_once(
+                timeout_sec=max(0.0, min(next_time - time.perf_counter(), period)))
+        return sent
+
+    def final_totals(self) -> None:
+        """Wait (at most 3 s) for a diagnostics report taken after the last answer."""
+        finished = time.perf_counter()
+        while not self.totals or self.totals[-1][0] < finished:
+            if time.perf_counter() > finished + 3.0:
+                break
+            self.executor.spin_once(timeout_sec=0.05)
+
+
 def measure(cmd: list[str], joints: list[str], configurations: np.ndarray, seconds: float,
             rate: float = 1000.0, set_point: list[float] | None = None) -> dict:
     """Stream joint states at ``rate`` and time each answer against the state it answers.
@@ -75,100 +190,34 @@ def measure(cmd: list[str], joints: list[str], configurations: np.ndarray, secon
     streaming, each one's answer is learnt by a single round trip, and every streamed answer is
     then recognised by its values, which names the state it answers.
     """
-    import rclpy
-    from diagnostic_msgs.msg import DiagnosticArray
-    from rclpy.executors import SingleThreadedExecutor
-    from rclpy.qos import QoSProfile, ReliabilityPolicy
-    from sensor_msgs.msg import JointState
-    from std_msgs.msg import Float64MultiArray
-    from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
-
-    from rb_dynamics.diagnostics import read_totals
-
     proc = _start(cmd)
-    context = rclpy.Context()
-    rclpy.init(context=context)
-    node = rclpy.create_node("latency_driver", context=context)
-    executor = SingleThreadedExecutor(context=context)
-    executor.add_node(node)
-    qos = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
-    pub = node.create_publisher(JointState, "joint_states", qos)
-    received: list[tuple[float, np.ndarray]] = []
-    totals: list[tuple[float, dict[str, float]]] = []
-    node.create_subscription(
-        Float64MultiArray, "rb_dynamics/effort_commands",
-        lambda m: received.append((time.perf_counter(), np.array(m.data))), qos)
-
-    def on_diagnostics(msg):
-        for status in msg.status:
-            if (entry := read_totals(status)) is not None:
-                totals.append((time.perf_counter(), entry))
-
-    node.create_subscription(DiagnosticArray, "/diagnostics", on_diagnostics, 10)
-    messages = [JointState(name=joints, position=[float(x) for x in q],
-                           velocity=[0.0] * len(joints)) for q in configurations]
-
-    def settle(quiet: float = 0.1) -> None:
-        quiet_until = time.monotonic() + quiet
-        while time.monotonic() < quiet_until:
-            count = len(received)
-            executor.spin_once(timeout_sec=0.01)
-            if len(received) != count:
-                quiet_until = time.monotonic() + quiet
-
+    driver = _Driver(joints, configurations)
     sent: list[float] = []
     base = 0  # the diagnostics report just before streaming
     try:
         deadline = time.monotonic() + 20
-        while not received and time.monotonic() < deadline:  # warm up: discovery, first answer
-            pub.publish(messages[0])
-            executor.spin_once(timeout_sec=0.05)
-        if not received:
-            raise RuntimeError(f"no answer from {cmd}")
+        driver.warm_up(deadline, cmd)
         if set_point is not None:
-            trajectory = node.create_publisher(JointTrajectory, "rb_dynamics/trajectory", qos)
-            while trajectory.get_subscription_count() == 0:
-                executor.spin_once(timeout_sec=0.01)
-            trajectory.publish(JointTrajectory(joint_names=joints, points=[
-                JointTrajectoryPoint(positions=[float(x) for x in set_point])]))
-        settle(0.3)
-        expected = []
-        for message in messages:  # one round trip each: the answer that names this state
-            count = len(received)
-            pub.publish(message)
-            while len(received) == count:
-                executor.spin_once(timeout_sec=0.01)
-            settle(0.02)
-            expected.append(received[-1][1])
-        expected = np.array(expected)
-        before = len(totals)
-        while len(totals) == before and time.monotonic() < deadline + 5:
-            executor.spin_once(timeout_sec=0.05)
-        base = len(totals) - 1
-        received.clear()
-        period = 1.0 / rate
-        next_time = time.perf_counter()
-        end = next_time + seconds
-        while next_time < end:
-            now = time.perf_counter()
-            if now >= next_time:
-                pub.publish(messages[len(sent) % len(messages)])
-                sent.append(now)
-                next_time += period
-            executor.spin_once(timeout_sec=max(0.0, min(next_time - time.perf_counter(), period)))
-        settle(0.5)
-        finished = time.perf_counter()
-        while not totals or totals[-1][0] < finished:
-            if time.perf_counter() > finished + 3.0:
-                break
-            executor.spin_once(timeout_sec=0.05)
+            driver.send_set_point(joints, set_point)
+        driver.settle(0.3)
+        expected = driver.learn_answers()
+        base = driver.next_totals(deadline + 5)
+        sent = driver.stream(rate, seconds)
+        driver.settle(0.5)
+        driver.final_totals()
     finally:
-        executor.shutdown()
-        node.destroy_node()
-        rclpy.shutdown(context=context)
+        driver.close()
         _stop(proc)
+    rtt, unmatched = _round_trips(driver.received, expected, sent)
+    return _summary(rtt, unmatched, sent, seconds, driver.totals, base)
+
+
+def _round_trips(received: list[tuple[float, np.ndarray]], expected: np.ndarray,
+                 sent: list[float]) -> tuple[np.ndarray, int]:
+    """Each answer's round trip in ms, from the state its values name; and how many answers
+    name none (or one not yet sent)."""
     rtt, last, unmatched = [], -1, 0
-    cycle = len(messages)
+    cycle = len(expected)
     scale = np.abs(expected).max() + 1.0
     for t, data in received:
         distance = np.abs(expected - data).max(axis=1) if len(data) == expected.shape[1] \
@@ -183,7 +232,11 @@ def measure(cmd: list[str], joints: list[str], configurations: np.ndarray, secon
             continue
         rtt.append((t - sent[i]) * 1e3)
         last = i
-    rtt = np.array(rtt)
+    return np.array(rtt), unmatched
+
+
+def _summary(rtt: np.ndarray, unmatched: int, sent: list[float], seconds: float,
+             totals: list[tuple[float, dict[str, float]]], base: int) -> dict:
     result = {"sent": len(sent), "answered": len(rtt), "unmatched": unmatched,
               "median_ms": float(np.median(rtt)), "p99_ms": float(np.percentile(rtt, 99)),
               "achieved_rate_hz": len(sent) / seconds}

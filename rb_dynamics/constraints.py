@@ -344,6 +344,58 @@ CONSTRAINT_TYPES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 
 
+def _check_keys(where: str, kind: Any, spec: Mapping[str, Any]) -> None:
+    """A known type, no key it does not take, and every key it needs."""
+    if kind not in CONSTRAINT_TYPES:
+        raise ValueError(f"{where}.type: {kind!r} is not one of {sorted(CONSTRAINT_TYPES)}")
+    required, optional = CONSTRAINT_TYPES[kind]
+    unknown = sorted(set(spec) - {"type", *required, *optional})
+    if unknown:
+        raise ValueError(f"{where}: {unknown} do not apply to a {kind} constraint "
+                         f"(keys: {[*required, *optional]})")
+    missing = [key for key in required if not spec.get(key)]
+    if missing:
+        raise ValueError(f"{where}.{missing[0]}: required for a {kind} constraint")
+
+
+class _SpecFields:
+    """The values of one constraint description, each checked; errors name ``where.key``."""
+
+    def __init__(self, model: Model, where: str, spec: Mapping[str, Any]):
+        self.model, self.where, self.spec = model, where, spec
+
+    def link(self, key: str) -> str:
+        if self.spec[key] not in self.model.frames:
+            raise ValueError(f"{self.where}.{key}: unknown link {self.spec[key]!r}; links are "
+                             f"{sorted(self.model.frames)}")
+        return self.spec[key]
+
+    def joint(self, key: str) -> str:
+        if self.spec[key] not in self.model.joint_names:
+            raise ValueError(f"{self.where}.{key}: unknown joint {self.spec[key]!r}; joints "
+                             f"are {self.model.joint_names}")
+        return self.spec[key]
+
+    def vector(self, key: str) -> tuple[float, ...]:
+        try:
+            value = np.asarray(self.spec.get(key, (0.0, 0.0, 0.0)), dtype=float)
+        except (TypeError, ValueError):
+            raise ValueError(f"{self.where}.{key}: not 3 numbers") from None
+        if value.shape != (3,) or not np.all(np.isfinite(value)):
+            raise ValueError(f"{self.where}.{key}: needs 3 finite numbers, "
+                             f"got {self.spec[key]!r}")
+        return tuple(value.tolist())
+
+    def number(self, key: str, default: float) -> float:
+        try:
+            value = float(self.spec.get(key, default))
+        except (TypeError, ValueError):
+            raise ValueError(f"{self.where}.{key}: not a number") from None
+        if not math.isfinite(value):
+            raise ValueError(f"{self.where}.{key}: must be finite")
+        return value
+
+
 def constraint_from_spec(model: Model, name: str, spec: Mapping[str, Any],
                          prefix: str = "constraints") -> Constraint:
     """One built-in constraint from a plain description (what a YAML file declares).
@@ -356,57 +408,18 @@ def constraint_from_spec(model: Model, name: str, spec: Mapping[str, Any],
     """
     where = f"{prefix}.{name}"
     kind = spec.get("type")
-    if kind not in CONSTRAINT_TYPES:
-        raise ValueError(f"{where}.type: {kind!r} is not one of {sorted(CONSTRAINT_TYPES)}")
-    required, optional = CONSTRAINT_TYPES[kind]
-    unknown = sorted(set(spec) - {"type", *required, *optional})
-    if unknown:
-        raise ValueError(f"{where}: {unknown} do not apply to a {kind} constraint "
-                         f"(keys: {[*required, *optional]})")
-    missing = [key for key in required if not spec.get(key)]
-    if missing:
-        raise ValueError(f"{where}.{missing[0]}: required for a {kind} constraint")
-
-    def link(key: str) -> str:
-        if spec[key] not in model.frames:
-            raise ValueError(f"{where}.{key}: unknown link {spec[key]!r}; links are "
-                             f"{sorted(model.frames)}")
-        return spec[key]
-
-    def joint(key: str) -> str:
-        if spec[key] not in model.joint_names:
-            raise ValueError(f"{where}.{key}: unknown joint {spec[key]!r}; joints are "
-                             f"{model.joint_names}")
-        return spec[key]
-
-    def vector(key: str) -> tuple[float, ...]:
-        try:
-            value = np.asarray(spec.get(key, (0.0, 0.0, 0.0)), dtype=float)
-        except (TypeError, ValueError):
-            raise ValueError(f"{where}.{key}: not 3 numbers") from None
-        if value.shape != (3,) or not np.all(np.isfinite(value)):
-            raise ValueError(f"{where}.{key}: needs 3 finite numbers, got {spec[key]!r}")
-        return tuple(value.tolist())
-
-    def number(key: str, default: float) -> float:
-        try:
-            value = float(spec.get(key, default))
-        except (TypeError, ValueError):
-            raise ValueError(f"{where}.{key}: not a number") from None
-        if not math.isfinite(value):
-            raise ValueError(f"{where}.{key}: must be finite")
-        return value
-
+    _check_keys(where, kind, spec)
+    fields = _SpecFields(model, where, spec)
     if kind == "fixed_point":
-        target = vector("target") if spec.get("target") is not None else None
-        return FixedPoint(link("link"), vector("point"), target)
+        target = fields.vector("target") if spec.get("target") is not None else None
+        return FixedPoint(fields.link("link"), fields.vector("point"), target)
     if kind == "loop_point":
-        return LoopClosurePoint(link("link_a"), link("link_b"), vector("point_a"),
-                                vector("point_b"))
+        return LoopClosurePoint(fields.link("link_a"), fields.link("link_b"),
+                                fields.vector("point_a"), fields.vector("point_b"))
     if kind == "weld":
-        return FrameWeld(link("link_a"), link("link_b"))
-    return JointCoupling(joint("follower"), joint("leader"), number("ratio", 1.0),
-                         number("offset", 0.0))
+        return FrameWeld(fields.link("link_a"), fields.link("link_b"))
+    return JointCoupling(fields.joint("follower"), fields.joint("leader"),
+                         fields.number("ratio", 1.0), fields.number("offset", 0.0))
 
 
 @dataclass

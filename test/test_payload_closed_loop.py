@@ -109,27 +109,43 @@ def test_set_payload_during_a_1khz_loop_switches_between_two_consecutive_command
     expected = [D.gravity(model, q0)] + [D.gravity(with_payload(model, p), q0) for p in payloads]
     try:
         assert rig.peer.wait_for(lambda: len(stamps) > 500, 60.0), rig.logs()
-        windows = {"set_payload": [], "inverse_dynamics": []}
-        for k in range(30):
-            for name in ("set_payload", "inverse_dynamics"):
-                # ~100 commands of the 1 kHz loop between calls
-                count = len(stamps)
-                rig.peer.wait_for(lambda count=count: len(stamps) >= count + 100, 5.0)
-                sent = time.time_ns()
-                if name == "set_payload":
-                    p = payloads[k % 2]
-                    answer = rig.peer.call(rig.control_payload, set_payload_request(
-                        "tool0", p.mass, p.com))
-                else:
-                    answer = rig.peer.call(inverse, InverseDynamics.Request(
-                        joint_names=rig.joints, positions=q0.tolist()))
-                assert answer.success, answer.message
-                windows[name].append((sent, time.time_ns()))
+        windows = alternate_set_payload_and_inverse_dynamics(rig, inverse, payloads, q0, stamps)
         count = len(stamps)  # the loop's commands after the last call, too
         rig.peer.wait_for(lambda: len(stamps) >= count + 300, 5.0)
     finally:
         problems = rig.close()
     assert not problems, problems
+    t, gaps, switches = check_each_command_is_one_payloads_gravity(stamps, values, expected,
+                                                                    windows)
+    check_a_switch_is_no_slower_than_a_service_call(t, gaps, switches, windows)
+
+
+def alternate_set_payload_and_inverse_dynamics(rig, inverse, payloads, q0, stamps) -> dict:
+    """30 rounds of ~/set_payload (the payloads in turn) then ~/inverse_dynamics, ~100 commands
+    of the 1 kHz loop apart: each call's (sent, answered) wall time in ns, by service."""
+    windows = {"set_payload": [], "inverse_dynamics": []}
+    for k in range(30):
+        for name in ("set_payload", "inverse_dynamics"):
+            # ~100 commands of the 1 kHz loop between calls
+            count = len(stamps)
+            rig.peer.wait_for(lambda count=count: len(stamps) >= count + 100, 5.0)
+            sent = time.time_ns()
+            if name == "set_payload":
+                p = payloads[k % 2]
+                answer = rig.peer.call(rig.control_payload, set_payload_request(
+                    "tool0", p.mass, p.com))
+            else:
+                answer = rig.peer.call(inverse, InverseDynamics.Request(
+                    joint_names=rig.joints, positions=q0.tolist()))
+            assert answer.success, answer.message
+            windows[name].append((sent, time.time_ns()))
+    return windows
+
+
+def check_each_command_is_one_payloads_gravity(stamps, values, expected, windows):
+    """From the first call on: each command is one of the ``expected`` gravities and the stream
+    switches once per ~/set_payload. Returns the commands' times (ms), the intervals between
+    them and the index of each switch."""
     t = np.array(stamps, dtype=np.int64) * 1e-6  # ms
     start = windows["set_payload"][0][0] * 1e-6
     tau = np.array(values)[t >= start]
@@ -140,7 +156,12 @@ def test_set_payload_during_a_1khz_loop_switches_between_two_consecutive_command
     assert error.max() <= 1e-9, error.max()
     switches = np.flatnonzero(np.diff(which)) + 1
     assert len(switches) == len(windows["set_payload"])  # each call, once
-    gaps = np.diff(t)
+    return t, np.diff(t), switches
+
+
+def check_a_switch_is_no_slower_than_a_service_call(t, gaps, switches, windows) -> None:
+    """The interval at each switch against the widest around an ~/inverse_dynamics call and
+    those away from any call."""
     switch_gaps = gaps[switches - 1]
 
     def widest(window_list):

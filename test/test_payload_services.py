@@ -226,14 +226,25 @@ def test_trajectory_efforts_agree_with_pinocchio_and_name_the_first_infeasible_p
     measured = model.neutral_configuration()
     measured[model.joint_index("panda_finger_joint1")] = 0.03
     panda.command_after(measured)
+    q_arm = check_efforts_for_each_payload_choice(panda, arm, names, measured, rng)
+    t, q_arm = check_first_infeasible_point(panda, arm, names, measured, q_arm[0])
+    check_bad_trajectory_requests(panda, names, t, q_arm)
+
+
+def arm_rows(x, base, arm: list[int]) -> np.ndarray:
+    """Rows of ``base`` (every coordinate) with the ``arm`` coordinates taken from x's rows."""
+    out = np.tile(base, (len(x), 1))
+    out[:, arm] = x
+    return out
+
+
+def check_efforts_for_each_payload_choice(panda, arm, names, measured, rng) -> np.ndarray:
+    """Efforts = pin.rnea at every point of a smooth trajectory: bare, with the node's payload
+    (set here) and with one given in the request. Returns the arm's positions."""
+    model = panda.model
     t, q_arm, v_arm, a_arm = arm_trajectory(model, arm, 40, 4.0, rng)
-
-    def full(x, base):
-        out = np.tile(base, (len(x), 1))
-        out[:, arm] = x
-        return out
-
-    q, v, a = full(q_arm, measured), full(v_arm, np.zeros(8)), full(a_arm, np.zeros(8))
+    q, v, a = (arm_rows(q_arm, measured, arm), arm_rows(v_arm, np.zeros(8), arm),
+               arm_rows(a_arm, np.zeros(8), arm))
     request = TrajectoryEfforts.Request(trajectory=trajectory_msg(names, t, q_arm, v_arm,
                                                                   a_arm))
     node_payload = Payload("panda_hand_tcp", 2.0, [0.0, 0.03, 0.06], np.diag([5e-3] * 3))
@@ -260,10 +271,14 @@ def test_trajectory_efforts_agree_with_pinocchio_and_name_the_first_infeasible_p
         assert "'panda_finger_joint1'] at the last measured position" in answer.report
     assert worst <= TOL
     print(f"\n~/trajectory_efforts against pin.rnea: worst relative error {worst:.1e}")
+    return q_arm
 
-    # positions only, too fast between points 3 and 4: the same first violation as the engine
+
+def check_first_infeasible_point(panda, arm, names, measured, start):
+    """Positions only, too fast between points 3 and 4: the same first violation as the engine.
+    Returns the trajectory's times and the arm's positions."""
     t = np.array([0.0, 1.0, 2.0, 3.0, 3.3, 4.3])
-    q_arm = np.tile(q_arm[0], (6, 1))
+    q_arm = np.tile(start, (6, 1))
     q_arm[:, 1] = [-0.5, -0.4, -0.3, -0.2, 1.0, 1.0]  # 1.2 rad in 0.3 s: 4 rad/s > 2.175
     answer = panda.call("trajectory_efforts", TrajectoryEfforts.Request(
         trajectory=trajectory_msg(names, t, q_arm), payload="none"))
@@ -272,11 +287,14 @@ def test_trajectory_efforts_agree_with_pinocchio_and_name_the_first_infeasible_p
     assert (first.kind, first.joint, first.point, first.between, first.time) == (
         "velocity", "panda_joint2", 3, False, 3.0), answer.report
     assert first.value == pytest.approx(4.0) and first.limit == pytest.approx(2.175)
-    engine = F.feasibility_report(model, t, full(q_arm, measured))
+    engine = F.feasibility_report(panda.model, t, arm_rows(q_arm, measured, arm))
     assert str(engine.first_violation) in answer.message
     assert "NOT feasible: velocity limit of panda_joint2 exceeded at point 3" in answer.report
+    return t, q_arm
 
-    # bad requests name the field
+
+def check_bad_trajectory_requests(panda, names, t, q_arm) -> None:
+    """Bad requests name the field."""
     mixed = trajectory_msg(names, t, q_arm, np.zeros((6, 7)))
     mixed.points[2].velocities = []
     reversed_times = trajectory_msg(names, t[::-1], q_arm)
@@ -309,66 +327,82 @@ def test_identify_payload_from_given_data(tmp_path):
     applied on request; all ten parameters from data in motion; the refusals say why."""
     rig = Rig(tmp_path, DEFAULT_URDF)
     try:
-        model, rng = rig.model, np.random.default_rng(192)
-        payload = Payload("tool0", 1.8, [0.015, -0.02, 0.07])
-        poses = suggest_identification_poses(model, count=15, rng=rng)
-        offset = rng.uniform(-0.5, 0.5, model.nv)
-        efforts = (D.gravity(with_payload(model, payload), poses) + offset
-                   + rng.normal(0.0, 0.05, poses.shape))
-        answer = rig.call("identify_payload", identify_request(model, poses, efforts))
-        assert answer.success, answer.message
-        com = np.array([answer.payload.com.x, answer.payload.com.y, answer.payload.com.z])
-        assert abs(answer.payload.mass - 1.8) <= 0.018 and np.linalg.norm(com - payload.com) <= 5e-3
-        assert abs(answer.payload.mass - 1.8) <= 5 * answer.mass_std
-        assert answer.poses == 15 and answer.condition < 10 and not answer.applied
-        assert answer.noise_std == pytest.approx(0.05, rel=0.4)
-        assert np.allclose(answer.bias, offset, atol=0.1) and len(answer.bias_std) == 6
-        assert answer.joint_names == model.joint_names
-        q = poses[0]
-        assert rel_err(rig.command_after(q), D.gravity(model, q)) <= TOL  # not applied
-
-        answer = rig.call("identify_payload", identify_request(model, poses, efforts,
-                                                               apply=True))
-        assert answer.success and answer.applied and answer.message.endswith("applied")
-        estimate = Payload("tool0", answer.payload.mass, [answer.payload.com.x,
-                           answer.payload.com.y, answer.payload.com.z])
-        assert rel_err(rig.command_after(q),
-                       D.gravity(with_payload(model, estimate), q)) <= TOL
-
-        # in motion: the ten inertial parameters (and viscous/Coulomb friction per joint)
-        box = Payload("tool0", 2.5, [0.01, 0.02, 0.05], np.diag([0.02, 0.015, 0.01]))
-        t = np.linspace(0.0, 20.0, 1500)[:, None]
-        w, phase = rng.uniform(0.6, 1.8, 6), rng.uniform(0, 6, 6)
-        q = np.array([0.0, -1.2, 1.2, -1.0, -1.5, 0.0]) + 0.8 * np.sin(w * t + phase)
-        v, a = 0.8 * w * np.cos(w * t + phase), -0.8 * w**2 * np.sin(w * t + phase)
-        tau = (D.rnea(with_payload(model, box), q, v, a) + model.damping * v
-               + model.friction * np.sign(v) + rng.normal(0.0, 0.05, q.shape))
-        answer = rig.call("identify_payload", identify_request(
-            model, q, tau, velocities=v.ravel().tolist(), accelerations=a.ravel().tolist()))
-        assert answer.success and answer.inertia_identified, answer.message
-        assert abs(answer.payload.mass - 2.5) <= 0.025
-        inertia = np.array(answer.payload.inertia).reshape(3, 3)
-        assert np.linalg.norm(inertia - box.inertia) <= 0.1 * np.linalg.norm(box.inertia)
-
-        # refusals, with the reason
-        same = np.repeat(poses[:1], 10, axis=0)
-        for request, expected in (
-                (identify_request(model, same, D.gravity(model, same)), "cannot separate"),
-                (identify_request(model, poses[:1], efforts[:1]), "at least 2"),
-                (identify_request(model, poses, D.gravity(model, poses)
-                                  + rng.normal(0.0, 0.05, poses.shape)),
-                 "no significant payload"),
-                (identify_request(model, poses, efforts[:-1]), "efforts: 14 rows for 15 poses"),
-                (identify_request(model, poses, efforts, bias="linear"), "bias must be"),
-                (identify_request(model, poses, efforts, link="gripper"), "unknown payload link"),
-                (IdentifyPayload.Request(joint_names=model.joint_names[:5],
-                                         positions=[0.0] * 10, efforts=[0.0] * 10),
-                 "missing joints ['wrist_3_joint']"),
-                (IdentifyPayload.Request(window=5.0), "no resting joint states recorded")):
-            answer = rig.call("identify_payload", request)
-            assert not answer.success and expected in answer.message, answer.message
+        rng = np.random.default_rng(192)
+        poses, efforts = check_identification_at_rest(rig, rng)
+        check_identification_in_motion(rig, rng)
+        check_identification_refusals(rig, rng, poses, efforts)
     finally:
         rig.close()
+
+
+def check_identification_at_rest(rig, rng):
+    """Mass and COM from resting poses with per-joint offsets, reported and then applied on
+    request. Returns the poses and efforts given."""
+    model = rig.model
+    payload = Payload("tool0", 1.8, [0.015, -0.02, 0.07])
+    poses = suggest_identification_poses(model, count=15, rng=rng)
+    offset = rng.uniform(-0.5, 0.5, model.nv)
+    efforts = (D.gravity(with_payload(model, payload), poses) + offset
+               + rng.normal(0.0, 0.05, poses.shape))
+    answer = rig.call("identify_payload", identify_request(model, poses, efforts))
+    assert answer.success, answer.message
+    com = np.array([answer.payload.com.x, answer.payload.com.y, answer.payload.com.z])
+    assert abs(answer.payload.mass - 1.8) <= 0.018 and np.linalg.norm(com - payload.com) <= 5e-3
+    assert abs(answer.payload.mass - 1.8) <= 5 * answer.mass_std
+    assert answer.poses == 15 and answer.condition < 10 and not answer.applied
+    assert answer.noise_std == pytest.approx(0.05, rel=0.4)
+    assert np.allclose(answer.bias, offset, atol=0.1) and len(answer.bias_std) == 6
+    assert answer.joint_names == model.joint_names
+    q = poses[0]
+    assert rel_err(rig.command_after(q), D.gravity(model, q)) <= TOL  # not applied
+
+    answer = rig.call("identify_payload", identify_request(model, poses, efforts,
+                                                           apply=True))
+    assert answer.success and answer.applied and answer.message.endswith("applied")
+    estimate = Payload("tool0", answer.payload.mass, [answer.payload.com.x,
+                       answer.payload.com.y, answer.payload.com.z])
+    assert rel_err(rig.command_after(q),
+                   D.gravity(with_payload(model, estimate), q)) <= TOL
+    return poses, efforts
+
+
+def check_identification_in_motion(rig, rng) -> None:
+    """The ten inertial parameters (and viscous/Coulomb friction per joint) from motion."""
+    model = rig.model
+    box = Payload("tool0", 2.5, [0.01, 0.02, 0.05], np.diag([0.02, 0.015, 0.01]))
+    t = np.linspace(0.0, 20.0, 1500)[:, None]
+    w, phase = rng.uniform(0.6, 1.8, 6), rng.uniform(0, 6, 6)
+    q = np.array([0.0, -1.2, 1.2, -1.0, -1.5, 0.0]) + 0.8 * np.sin(w * t + phase)
+    v, a = 0.8 * w * np.cos(w * t + phase), -0.8 * w**2 * np.sin(w * t + phase)
+    tau = (D.rnea(with_payload(model, box), q, v, a) + model.damping * v
+           + model.friction * np.sign(v) + rng.normal(0.0, 0.05, q.shape))
+    answer = rig.call("identify_payload", identify_request(
+        model, q, tau, velocities=v.ravel().tolist(), accelerations=a.ravel().tolist()))
+    assert answer.success and answer.inertia_identified, answer.message
+    assert abs(answer.payload.mass - 2.5) <= 0.025
+    inertia = np.array(answer.payload.inertia).reshape(3, 3)
+    assert np.linalg.norm(inertia - box.inertia) <= 0.1 * np.linalg.norm(box.inertia)
+
+
+def check_identification_refusals(rig, rng, poses, efforts) -> None:
+    """Refusals, with the reason."""
+    model = rig.model
+    same = np.repeat(poses[:1], 10, axis=0)
+    for request, expected in (
+            (identify_request(model, same, D.gravity(model, same)), "cannot separate"),
+            (identify_request(model, poses[:1], efforts[:1]), "at least 2"),
+            (identify_request(model, poses, D.gravity(model, poses)
+                              + rng.normal(0.0, 0.05, poses.shape)),
+             "no significant payload"),
+            (identify_request(model, poses, efforts[:-1]), "efforts: 14 rows for 15 poses"),
+            (identify_request(model, poses, efforts, bias="linear"), "bias must be"),
+            (identify_request(model, poses, efforts, link="gripper"), "unknown payload link"),
+            (IdentifyPayload.Request(joint_names=model.joint_names[:5],
+                                     positions=[0.0] * 10, efforts=[0.0] * 10),
+             "missing joints ['wrist_3_joint']"),
+            (IdentifyPayload.Request(window=5.0), "no resting joint states recorded")):
+        answer = rig.call("identify_payload", request)
+        assert not answer.success and expected in answer.message, answer.message
 
 
 def test_rest_poses_keep_the_middle_of_each_rest():

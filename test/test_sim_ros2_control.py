@@ -157,32 +157,10 @@ def test_panda_arm_tracks_under_computed_torque_while_the_fingers_follow_positio
     trajectory_pub = peer.node.create_publisher(JointTrajectory, "/rb_dynamics/trajectory", 10)
     pause = peer.node.create_client(SetBool, "/rb_simulator/pause")
     try:
-        # NaN start-up: no controller claims an interface yet; the hardware sends NaN for every
-        # command interface each cycle and reads the (paused) simulator's states
-        assert peer.wait_for(lambda: hardware.latest is not None and efforts
-                             and trajectory_pub.get_subscription_count() > 0, 30), \
-            sim.output() + control.output()
-        start_up = dict(zip(hardware.latest.name, hardware.latest.position))
-        np.testing.assert_allclose([start_up[n] for n in PANDA_ARM], PANDA_READY, atol=1e-12)
-        assert start_up[FINGER] == 0.02  # the block's initial_value
-        # the effort controller becomes active: efforts from our control node, finger still NaN
-        hardware.controllers.append(_effort_controller(efforts))
-        assert peer.call(pause, SetBool.Request(data=False)).success
-        assert peer.wait_for(lambda: hardware.sim_time > 1.0, 30), sim.output()
-        held_finger = hardware.emulator.states[(FINGER, "position")]
-        # the finger controller too; the trajectory starts 0.05 s (sim) from now
-        start = hardware.sim_time + 0.05
-        hardware.controllers.append(lambda hw: hw.emulator.set_command(
-            FINGER, "position", _finger_target(hw.sim_time - start)))
-        model = load_model(xml)
-        q0 = np.array(PANDA_READY)
-        q_index = [model.joint_q_index[model.joint_index(n)] for n in PANDA_ARM]
-        v_index = [model.joint_v_index[model.joint_index(n)] for n in PANDA_ARM]
-        # a fifth of the main job's swing: this test is about the protocol, at 2 ms steps
-        amp = 0.2 * reference_amplitude(q0, model.position_lower[q_index],
-                                        model.position_upper[q_index],
-                                        model.velocity_limit[v_index])
-        trajectory_pub.publish(_trajectory(q0, amp, duration, start))
+        held_finger = _start_up_then_efforts(peer, hardware, efforts, trajectory_pub, pause,
+                                             sim, control)
+        start, q0, amp = _start_the_finger_and_arm_motions(hardware, xml, trajectory_pub,
+                                                           duration)
         assert peer.wait_for(lambda: hardware.sim_time > start + duration + 0.5, 120), \
             sim.output() + control.output()
     finally:
@@ -190,6 +168,49 @@ def test_panda_arm_tracks_under_computed_torque_while_the_fingers_follow_positio
         stops = (sim.stop(), control.stop())
     assert sim.proc.returncode == 0 and control.proc.poll() == 0, sim.output() + control.output()
     assert max(stops) < 2.0
+    _check_protocol_and_tracking(hardware, sim, start, duration, q0, amp, held_finger)
+
+
+def _start_up_then_efforts(peer, hardware, efforts, trajectory_pub, pause, sim, control
+                           ) -> float:
+    """NaN start-up, then the effort controller active and the simulator running for 1 s
+    (simulated). Returns where finger 1 is held under NaN commands."""
+    # NaN start-up: no controller claims an interface yet; the hardware sends NaN for every
+    # command interface each cycle and reads the (paused) simulator's states
+    assert peer.wait_for(lambda: hardware.latest is not None and efforts
+                         and trajectory_pub.get_subscription_count() > 0, 30), \
+        sim.output() + control.output()
+    start_up = dict(zip(hardware.latest.name, hardware.latest.position))
+    np.testing.assert_allclose([start_up[n] for n in PANDA_ARM], PANDA_READY, atol=1e-12)
+    assert start_up[FINGER] == 0.02  # the block's initial_value
+    # the effort controller becomes active: efforts from our control node, finger still NaN
+    hardware.controllers.append(_effort_controller(efforts))
+    assert peer.call(pause, SetBool.Request(data=False)).success
+    assert peer.wait_for(lambda: hardware.sim_time > 1.0, 30), sim.output()
+    return hardware.emulator.states[(FINGER, "position")]
+
+
+def _start_the_finger_and_arm_motions(hardware, xml: str, trajectory_pub, duration: float):
+    """The finger controller, and the arm's trajectory starting 0.05 s (sim) from now. Returns
+    the trajectory's start (simulated s), start pose and amplitudes."""
+    start = hardware.sim_time + 0.05
+    hardware.controllers.append(lambda hw: hw.emulator.set_command(
+        FINGER, "position", _finger_target(hw.sim_time - start)))
+    model = load_model(xml)
+    q0 = np.array(PANDA_READY)
+    q_index = [model.joint_q_index[model.joint_index(n)] for n in PANDA_ARM]
+    v_index = [model.joint_v_index[model.joint_index(n)] for n in PANDA_ARM]
+    # a fifth of the main job's swing: this test is about the protocol, at 2 ms steps
+    amp = 0.2 * reference_amplitude(q0, model.position_lower[q_index],
+                                    model.position_upper[q_index],
+                                    model.velocity_limit[v_index])
+    trajectory_pub.publish(_trajectory(q0, amp, duration, start))
+    return start, q0, amp
+
+
+def _check_protocol_and_tracking(hardware, sim, start, duration, q0, amp, held_finger) -> None:
+    """The protocol kept (no errors, a command every cycle, no warning); the finger held, then
+    following its commands; the arm tracking."""
     assert not hardware.errors, hardware.errors[:3]
     assert hardware.sent == hardware.cycles  # threshold −1: a command every cycle
     assert "WARN" not in sim.output(), sim.output()

@@ -301,63 +301,75 @@ def test_cancel_holds_position(arm):
 def test_invalid_goals_are_refused_with_the_reason_and_leave_the_active_goal_alone(arm):
     q = arm.q()
     active = arm.send(arm.goal(q + 0.1, duration=2.0))
-
-    def refused(goal) -> tuple[int, str]:
-        status, code, text = arm.run(goal)
-        assert status == "ABORTED", (status, code, text)
-        return code, text
-
-    goal = arm.goal(q[:2], names=arm.joints[:2])
-    goal.trajectory.joint_names[0] = "no_such_joint"
-    code, text = refused(goal)
-    assert code == Result.INVALID_JOINTS and "no_such_joint" in text, text
-    goal = arm.goal(q)
-    goal.trajectory.joint_names[1] = goal.trajectory.joint_names[0]
-    assert refused(goal)[0] == Result.INVALID_JOINTS
-    goal = arm.goal(q)
-    goal.trajectory.points[3].time_from_start = goal.trajectory.points[2].time_from_start
-    code, text = refused(goal)
-    assert code == Result.INVALID_GOAL and "point 3" in text and "not after" in text, text
-    goal = arm.goal(q)
-    goal.trajectory.points[2].positions[1] = math.nan
-    code, text = refused(goal)
-    assert code == Result.INVALID_GOAL and "NaN" in text, text
-    goal = arm.goal(q)
-    goal.trajectory.points[1].velocities = [0.0]
-    code, text = refused(goal)
-    assert code == Result.INVALID_GOAL and "velocities has 1 values" in text, text
-    goal = arm.goal(q)
-    goal.trajectory.points[-1].velocities[0] = 0.5
-    code, text = refused(goal)
-    assert code == Result.INVALID_GOAL and "last point's velocity is not zero" in text, text
-    goal = arm.goal(q)
-    goal.trajectory.points = []
-    assert refused(goal) == (Result.INVALID_GOAL, "trajectory.points is empty")
-    if arm.sim_time() < 3.5:
-        arm.wait_sim(3.5 - arm.sim_time())
-    goal = arm.goal(q)
-    goal.trajectory.header.stamp.sec = 1  # ends at 3 s of simulated time: in the past
-    code, text = refused(goal)
-    assert code == Result.OLD_HEADER_TIMESTAMP and "ends in the past" in text, text
-    goal = arm.goal(q)
-    goal.goal_tolerance = _tolerances(arm.joints[:1], -2.0)
-    code, text = refused(goal)
-    assert code == Result.INVALID_GOAL and "goal_tolerance" in text and "-2.0" in text, text
-    goal = arm.goal(q)
-    goal.path_tolerance = _tolerances(["elsewhere"], 0.1)
-    assert refused(goal)[0] == Result.INVALID_JOINTS
-    goal = arm.goal(q)
-    goal.trajectory.points[0].effort = [1.0] * len(arm.joints)
-    assert refused(goal)[0] == Result.INVALID_GOAL
+    check_bad_joints_and_points_are_refused(arm, q)
+    check_late_goals_and_bad_tolerances_are_refused(arm, q)
     # the goal being executed never noticed
     assert arm.result(active)[0] == "SUCCEEDED"
     # gravity compensation follows no trajectory: refused with how to change it
     arm.set_parameter("mode", "gravity_compensation")
     try:
-        code, text = refused(arm.goal(arm.q()))
+        code, text = refused(arm, arm.goal(arm.q()))
         assert code == Result.INVALID_GOAL and "'gravity_compensation' mode" in text, text
     finally:
         arm.set_parameter("mode", "computed_torque")
+
+
+def refused(arm, goal) -> tuple[int, str]:
+    """The error code and text of a goal that must be aborted."""
+    status, code, text = arm.run(goal)
+    assert status == "ABORTED", (status, code, text)
+    return code, text
+
+
+def check_bad_joints_and_points_are_refused(arm, q) -> None:
+    """Unknown or repeated joints; points out of order, with NaN, with too few velocities,
+    not ending at rest; no points."""
+    goal = arm.goal(q[:2], names=arm.joints[:2])
+    goal.trajectory.joint_names[0] = "no_such_joint"
+    code, text = refused(arm, goal)
+    assert code == Result.INVALID_JOINTS and "no_such_joint" in text, text
+    goal = arm.goal(q)
+    goal.trajectory.joint_names[1] = goal.trajectory.joint_names[0]
+    assert refused(arm, goal)[0] == Result.INVALID_JOINTS
+    goal = arm.goal(q)
+    goal.trajectory.points[3].time_from_start = goal.trajectory.points[2].time_from_start
+    code, text = refused(arm, goal)
+    assert code == Result.INVALID_GOAL and "point 3" in text and "not after" in text, text
+    goal = arm.goal(q)
+    goal.trajectory.points[2].positions[1] = math.nan
+    code, text = refused(arm, goal)
+    assert code == Result.INVALID_GOAL and "NaN" in text, text
+    goal = arm.goal(q)
+    goal.trajectory.points[1].velocities = [0.0]
+    code, text = refused(arm, goal)
+    assert code == Result.INVALID_GOAL and "velocities has 1 values" in text, text
+    goal = arm.goal(q)
+    goal.trajectory.points[-1].velocities[0] = 0.5
+    code, text = refused(arm, goal)
+    assert code == Result.INVALID_GOAL and "last point's velocity is not zero" in text, text
+    goal = arm.goal(q)
+    goal.trajectory.points = []
+    assert refused(arm, goal) == (Result.INVALID_GOAL, "trajectory.points is empty")
+
+
+def check_late_goals_and_bad_tolerances_are_refused(arm, q) -> None:
+    """A goal that ends in the past; a negative or unknown joint's tolerance; efforts."""
+    if arm.sim_time() < 3.5:
+        arm.wait_sim(3.5 - arm.sim_time())
+    goal = arm.goal(q)
+    goal.trajectory.header.stamp.sec = 1  # ends at 3 s of simulated time: in the past
+    code, text = refused(arm, goal)
+    assert code == Result.OLD_HEADER_TIMESTAMP and "ends in the past" in text, text
+    goal = arm.goal(q)
+    goal.goal_tolerance = _tolerances(arm.joints[:1], -2.0)
+    code, text = refused(arm, goal)
+    assert code == Result.INVALID_GOAL and "goal_tolerance" in text and "-2.0" in text, text
+    goal = arm.goal(q)
+    goal.path_tolerance = _tolerances(["elsewhere"], 0.1)
+    assert refused(arm, goal)[0] == Result.INVALID_JOINTS
+    goal = arm.goal(q)
+    goal.trajectory.points[0].effort = [1.0] * len(arm.joints)
+    assert refused(arm, goal)[0] == Result.INVALID_GOAL
 
 
 def test_a_partial_goal_moves_its_joints_and_holds_the_others(arm):
