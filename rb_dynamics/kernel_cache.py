@@ -163,7 +163,14 @@ def _plan(model: Model, ir: dict[str, KernelIR] | None) -> _Plan:
     return _Plan(model, ir, units, flags, compiler, path)
 
 
+# The compiler runs at a lower priority: on a small machine it would otherwise take the cores
+# from the control loop it is building kernels for
+_NICE = shutil.which("nice")
+
+
 def _run(argv: list[str]) -> subprocess.Popen:
+    if _NICE:
+        argv = [_NICE, "-n", "10", *argv]
     return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT)
 
