@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from ros_harness import NodeProcess, Peer, write_params
+from ros_harness import Session, close_all
 from sensor_msgs.msg import JointState
 from std_srvs.srv import SetBool
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
@@ -60,7 +60,8 @@ def _duration(t: float):
 
 
 class ClosedLoop:
-    """Simulator + control node processes, and the test's peer listening to joint_states."""
+    """Simulator + control node sessions (under the nodes' own names) with one peer, which
+    listens to joint_states."""
 
     def __init__(self, tmp_path: Path, urdf: Path, q0: np.ndarray, effort_noise: float,
                  kp=(400.0,), lockstep: bool = True, publish_rate: float = 1000.0,
@@ -72,18 +73,20 @@ class ClosedLoop:
         self.joints = self.model.actuated_joint_names
         self.q_index = [self.model.joint_q_index[self.model.joint_index(n)] for n in self.joints]
         self.q0 = np.asarray(q0, dtype=float)
-        self.sim = NodeProcess("rb_dynamics.sim_node", write_params(tmp_path, SIM, {
+        self.sim = Session("rb_dynamics.sim_node", tmp_path, {
             "urdf_path": str(urdf), "initial_positions": self.q0.tolist(),
             "publish_rate": publish_rate, "time_step": 0.001, "publish_clock": lockstep,
             "command_timeout": 0.2, "start_paused": True, "lockstep": lockstep,
             "lockstep_timeout": 5.0,
-            "effort_noise": float(effort_noise), "friction": [0.0] * self.model.nv}))
+            "effort_noise": float(effort_noise), "friction": [0.0] * self.model.nv},
+            default_name=SIM)
         kp = [float(k) for k in kp]
-        self.control = NodeProcess("rb_dynamics.node", write_params(tmp_path, CONTROL, {
+        self.control = Session("rb_dynamics.node", tmp_path, {
             "urdf_path": str(urdf), "mode": mode, "kp": kp,
             "kd": [2.0 * math.sqrt(k) for k in kp], "state_timeout": 0.1,
-            "use_sim_time": lockstep}), "-r", f"~/effort_commands:=/{SIM}/commands")
-        self.peer = Peer("payload_rig")
+            "use_sim_time": lockstep}, "-r", f"~/effort_commands:=/{SIM}/commands",
+            default_name=CONTROL, peer=self.sim.peer)
+        self.peer = self.sim.peer
         n = self.peer.node
         self.t: list[float] = []
         self.q: list[np.ndarray] = []
@@ -99,15 +102,9 @@ class ClosedLoop:
         self.t.append(msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9)
         self.q.append(np.array([by_name[n] for n in self.joints]))
 
-    def close(self) -> list[str]:
-        """Stop everything; the processes that did not exit cleanly, with their output."""
-        self.peer.close()
-        problems = []
-        for proc in (self.control, self.sim):
-            proc.stop()
-            if proc.proc.returncode != 0:
-                problems.append(proc.output())
-        return problems
+    def close(self) -> None:
+        """Stop both nodes; each must stop cleanly (``Session.close``)."""
+        close_all(self.control, self.sim)
 
     def logs(self) -> str:
         return (f"--- simulator:\n{self.sim.output()[-3000:]}\n--- control node:\n"

@@ -1,12 +1,16 @@
 # SPDX-License-Identifier: Apache-2.0
 """Real processes on real DDS (loopback, a random domain): start nodes, talk to them, stop them.
 
-``Session`` is the one way the tests meet a node: the node in its own process (``NodeProcess``)
-and the test's own rclpy node (``Peer``) with publishers, subscriptions and clients made on
-first use by name, the parameter calls, the state → command exchange of a controller, the
-node's own diagnostics, and ``close`` that asserts the node stops cleanly within
+``Session`` is the one way the tests meet a node they start: the node in its own process
+(``NodeProcess``) and the test's own rclpy node (``Peer``) with publishers, subscriptions and
+clients made on first use by name, the parameter calls, the state → command exchange of a
+controller, the node's own diagnostics, and ``close`` that asserts the node stops cleanly within
 ``STOP_LIMIT_S`` of SIGINT. ``control_node`` and ``simulator`` start the package's two nodes
-under names of their own.
+under names of their own. Nodes that work together (a simulator and its controller) share one
+peer (``peer=``), so one wait sees both; a node kept for a whole module is ``shared`` (its
+fixture closes it, not the end of the test that happened to start it). ``refused_start`` runs a
+node that must refuse its configuration at start. Nodes the tests do not start themselves
+(``ros2 launch`` starts them) are met by a bare ``Peer``.
 
 Waits are on events (a message, a log line, an answer, a list that stops growing); where a test
 shows that something does NOT happen it waits, bounded, for that very event:
@@ -124,6 +128,7 @@ class Peer:
         self.executor = SingleThreadedExecutor(context=self.context)
         self.executor.add_node(self.node)
         self._called: set[int] = set()
+        self.users = 1  # the sessions talking through this peer; the last one closes it
 
     def wait_for(self, condition: Callable[[], bool], timeout: float = 10.0) -> bool:
         deadline = time.monotonic() + timeout
@@ -172,6 +177,9 @@ class Peer:
         return future.result()
 
     def close(self) -> None:
+        self.users -= 1
+        if self.users > 0:
+            return
         self.executor.shutdown()
         self.node.destroy_node()
         rclpy.shutdown(context=self.context)
@@ -224,18 +232,26 @@ class Session:
     tests never answer each other; ``default_name`` is the node's own). Topics and services
     relative to the node (``~/x``) are spelled ``name/x`` here. A controller hears joint states
     on ``states_topic`` (with ``state_qos``) and sends efforts on ``commands_topic``.
+    ``peer``: another session's peer to talk through (one executor for nodes that work
+    together); ``shared``: the session outlives the test that started it (a module's fixture
+    closes it).
     """
 
     def __init__(self, module: str, directory: Path, params: dict | Path | None = None,
                  *extra: str, name: str | None = None, default_name: str = "rb_dynamics",
                  state_qos: Any = 10, states_topic: str = "joint_states",
-                 commands_topic: str = "~/effort_commands", prelude: str = "") -> None:
+                 commands_topic: str = "~/effort_commands", prelude: str = "",
+                 peer: Peer | None = None, shared: bool = False) -> None:
         self.name = name or default_name
         args = [*extra] + (["-r", f"__node:={name}"] if name else [])
         params_file = (write_params(directory, self.name, params) if isinstance(params, dict)
                        else params)
         self.process = NodeProcess(module, params_file, *args, prelude=prelude)
-        self.peer = Peer(f"{self.name}_test_peer")
+        if peer is None:
+            peer = Peer(f"{self.name}_test_peer")
+        else:
+            peer.users += 1
+        self.peer, self.shared = peer, shared
         self._publishers: dict[str, Any] = {}
         self._received: dict[str, list] = {}
         self._clients: dict[str, Any] = {}
@@ -369,6 +385,11 @@ def open_sessions() -> list[Session]:
     return list(_open)
 
 
+def left_open_since(before: set[Session]) -> list[Session]:
+    """Sessions opened since ``before`` was taken and not closed, except shared ones."""
+    return [s for s in _open if s not in before and not s.shared]
+
+
 def abandon(sessions: list[Session]) -> None:
     """Stop, unchecked, sessions a failed test left open: their nodes would otherwise outlive
     the test run and go on answering (a latched /robot_description, say) in later tests."""
@@ -389,6 +410,21 @@ def close_all(*sessions: Session, sig: int = signal.SIGINT) -> None:
             failures.append(exc)
     if failures:
         raise failures[0]
+
+
+def refused_start(module: str, params_file: Path | None, *extra: str,
+                  timeout: float = 60.0) -> str:
+    """Run a node whose configuration it must refuse: it exits with code 1 within ``timeout``
+    (SIGKILL otherwise, and the check fails); its output."""
+    process = NodeProcess(module, params_file, *extra)
+    try:
+        process.proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        process.stop()
+    assert process.proc.returncode == 1, process.output()
+    return process.output()
 
 
 def control_node(directory: Path, params: dict | Path | None = None, *extra: str,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from ros_harness import NodeProcess, Session, control_node, simulator, write_params
+from ros_harness import Session, control_node, refused_start, simulator, write_params
 from sensor_msgs.msg import JointState
 from test_constraints_pinocchio import four_bar_urdf
 
@@ -69,13 +69,8 @@ def test_simulator_refuses_a_constraint_on_an_unknown_link(tmp_path, urdf_file):
     params = write_params(tmp_path, "rb_simulator", {
         "urdf_path": str(urdf_file), "loop_constraints": {
             "names": ["loop"], "loop": {**LOOP, "link_b": "nowhere"}}})
-    node = NodeProcess("rb_dynamics.sim_node", params)
-    try:
-        node.proc.wait(30)
-    finally:
-        node.stop()
-    assert node.proc.returncode == 1
-    assert "loop_constraints.loop.link_b: unknown link 'nowhere'" in node.output()
+    output = refused_start("rb_dynamics.sim_node", params)
+    assert "loop_constraints.loop.link_b: unknown link 'nowhere'" in output
 
 
 @pytest.fixture(scope="module")

@@ -12,12 +12,9 @@ from pathlib import Path
 import numpy as np
 import pinocchio as pin
 import pytest
-from diagnostic_msgs.msg import DiagnosticArray
 from payload_rig import set_payload_request as set_request
 from pin_oracle import REAL_ROBOTS, Oracle, rel_err, robots_dir
-from ros_harness import NodeProcess, Peer, answer_after, write_params
-from sensor_msgs.msg import JointState
-from std_msgs.msg import Float64MultiArray
+from ros_harness import Session, refused_start, write_params
 from test_payload_dynamics import pin_oracle
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
@@ -44,49 +41,36 @@ def pin_rnea(oracle: Oracle, q, v, a) -> np.ndarray:
 
 
 class Rig:
-    """The control node, and the test playing the robot driver and calling its services."""
+    """The control node (a ``Session``), the test playing the robot driver and calling its
+    services."""
 
     def __init__(self, tmp_path: Path, urdf: Path, **params):
         self.model = load_model(urdf)
         self.xml = Path(urdf).read_text()
-        self.node = NodeProcess("rb_dynamics.node", write_params(
-            tmp_path, "rb_dynamics", {"urdf_path": str(urdf), "state_timeout": 0.5, **params}))
-        self.peer = Peer()
-        n = self.peer.node
-        self.commands: list[Float64MultiArray] = []
-        self.diagnostics: list[DiagnosticArray] = []
-        n.create_subscription(Float64MultiArray, "rb_dynamics/effort_commands",
-                              self.commands.append, 50)
-        n.create_subscription(DiagnosticArray, "/diagnostics", self.diagnostics.append, 10)
-        self.states = n.create_publisher(JointState, "joint_states", 10)
-        self.clients = {name: n.create_client(kind, f"rb_dynamics/{name}") for name, kind in (
-            ("set_payload", SetPayload), ("identify_payload", IdentifyPayload),
-            ("trajectory_efforts", TrajectoryEfforts), ("inverse_dynamics", InverseDynamics),
-            ("dynamics_terms", DynamicsTerms))}
+        self.node = Session("rb_dynamics.node", tmp_path,
+                            {"urdf_path": str(urdf), "state_timeout": 0.5, **params})
+        self.services = {"set_payload": SetPayload, "identify_payload": IdentifyPayload,
+                         "trajectory_efforts": TrajectoryEfforts,
+                         "inverse_dynamics": InverseDynamics, "dynamics_terms": DynamicsTerms}
 
     def call(self, name: str, request, timeout: float = 20.0):
-        return self.peer.call(self.clients[name], request, timeout)
+        return self.node.call(self.services[name], f"~/{name}", request, timeout)
 
     def command_after(self, q) -> np.ndarray:
         """The command answering joint state q (every joint, at rest)."""
-        names = self.model.joint_names
-        msg = JointState(name=names, position=[float(x) for x in q], velocity=[0.0] * len(q))
-        answer = answer_after(self.peer, lambda: self.states.publish(msg), self.commands, 10.0)
-        assert answer is not None, self.node.output()
-        return np.array(answer.data)
+        command = self.node.command_after(self.model.joint_names, q, np.zeros(len(q)), 10.0)
+        assert command is not None, self.node.output()
+        return command
 
     def diagnostic_values(self) -> dict[str, str]:
-        self.diagnostics.clear()
-        assert self.peer.wait_for(lambda: any(
-            s.hardware_id == "rb_dynamics" for d in self.diagnostics for s in d.status), 5.0)
-        status = next(s for d in self.diagnostics for s in d.status
-                      if s.hardware_id == "rb_dynamics")
+        statuses = self.node.statuses()
+        count = len(statuses)
+        assert self.node.wait_for(lambda: len(self.node.statuses()) > count, 5.0)
+        status = self.node.statuses()[-1][1]
         return {kv.key: kv.value for kv in status.values}
 
     def close(self) -> None:
-        self.peer.close()
-        assert self.node.stop() < 2.0, "the node did not shut down within 2 s"
-        assert self.node.proc.returncode == 0, self.node.output()
+        self.node.close()
 
 
 @pytest.fixture()
@@ -168,10 +152,9 @@ def test_start_up_payload_parameters(tmp_path):
         assert rig.diagnostic_values()["payload"].startswith("2 kg on wrist_3_link")
     finally:
         rig.close()
-    bad = NodeProcess("rb_dynamics.node", write_params(tmp_path, "rb_dynamics", {
+    refused = refused_start("rb_dynamics.node", write_params(tmp_path, "rb_dynamics", {
         "urdf_path": str(DEFAULT_URDF), "payload.mass": 1.0, "payload.com": [0.1, 0.2]}))
-    assert bad.proc.wait(30) == 1
-    assert "payload com must have shape (3,)" in bad.output()
+    assert "payload com must have shape (3,)" in refused
     rig = Rig(tmp_path, DEFAULT_URDF, **{"payload.link": "gripper", "payload.mass": 1.0})
     try:
         q = np.zeros(6)

@@ -5,10 +5,9 @@ Jazzy and Kilted nodes start without rcl's "ROS_LOCALHOST_ONLY is deprecated" wa
 from __future__ import annotations
 
 import os
-import time
 
 import pytest
-from ros_harness import NodeProcess
+from ros_harness import control_node
 
 from rb_dynamics import DEFAULT_URDF
 from rb_dynamics.ros_env import keep_local, local_discovery, ros_distro
@@ -49,29 +48,27 @@ def test_keep_local_keeps_a_users_choice_unless_told():
     assert env["ROS_LOCALHOST_ONLY"] == "1" and "ROS_AUTOMATIC_DISCOVERY_RANGE" not in env
 
 
-def _node_output(monkeypatch, extra_env: dict[str, str]) -> str:
+def _node_output(monkeypatch, directory, extra_env: dict[str, str]) -> str:
     """What a node prints until its model is loaded (everything rcl says at start)."""
     with monkeypatch.context() as patch:
         for name, value in extra_env.items():
             patch.setenv(name, value)
-        node = NodeProcess("rb_dynamics.node", None, "-p", f"urdf_path:={DEFAULT_URDF}")
-    deadline = time.monotonic() + 60.0
-    while "model 'default_arm'" not in node.output() and time.monotonic() < deadline:
-        if node.proc.poll() is not None:
-            break
-        time.sleep(0.1)
-    node.stop()
+        node = control_node(directory, None, "-p", f"urdf_path:={DEFAULT_URDF}")
+    try:
+        node.wait_for_log("model 'default_arm'", 60.0)
+    finally:
+        node.close()
     return node.output()
 
 
-def test_nodes_start_without_the_deprecation_warning(monkeypatch):
-    quiet = _node_output(monkeypatch, {})
+def test_nodes_start_without_the_deprecation_warning(monkeypatch, tmp_path):
+    quiet = _node_output(monkeypatch, tmp_path, {})
     assert "model 'default_arm'" in quiet, quiet  # it did start
     assert WARNING not in quiet
     # the check can fail: Humble's spelling makes Jazzy's rcl warn; Kilted's rcl no longer
     # reads the variable at all (nothing to warn about, and it would not keep DDS local)
     if ros_distro() not in ("jazzy", "kilted"):
         pytest.skip(f"rcl of {ros_distro()} does not deprecate ROS_LOCALHOST_ONLY")
-    noisy = _node_output(monkeypatch, {"ROS_LOCALHOST_ONLY": "1"})
+    noisy = _node_output(monkeypatch, tmp_path, {"ROS_LOCALHOST_ONLY": "1"})
     assert "model 'default_arm'" in noisy, noisy
     assert (WARNING in noisy) == (ros_distro() == "jazzy"), noisy

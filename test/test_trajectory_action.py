@@ -19,7 +19,7 @@ from pin_oracle import REAL_ROBOTS, rel_err, robots_dir
 from rcl_interfaces.msg import Parameter as ParameterMsg
 from rcl_interfaces.msg import ParameterType, ParameterValue
 from rcl_interfaces.srv import SetParameters
-from ros_harness import NodeProcess, Peer, write_params
+from ros_harness import Session, abandon, close_all
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import SetBool
@@ -76,18 +76,19 @@ class ClosedLoop:
         self.q_index = [self.model.joint_q_index[self.model.joint_index(n)]
                         for n in self.joints]
         q0 = _start_pose(self.model)
-        self.sim = NodeProcess("rb_dynamics.sim_node", write_params(tmp, "rb_simulator", {
+        # kept for the module (``rigs``), under the nodes' own names
+        self.sim = Session("rb_dynamics.sim_node", tmp, {
             "urdf_path": str(urdf), "initial_positions": q0[self.q_index].tolist(),
             "publish_rate": 1000.0, "time_step": 0.001, "publish_clock": True,
             "command_timeout": 0.2, "start_paused": True, "lockstep": True,
             # a loaded machine may starve the control node for a while: the simulator waits
             # for its command rather than going on without it
-            "lockstep_timeout": 60.0}))
-        self.node = NodeProcess("rb_dynamics.node", write_params(tmp, "rb_dynamics", {
+            "lockstep_timeout": 60.0}, default_name="rb_simulator", shared=True)
+        self.node = Session("rb_dynamics.node", tmp, {
             "urdf_path": str(urdf), "mode": "computed_torque", "kp": [KP], "kd": [KD],
-            "friction_compensation": True, "state_timeout": 0.1, "use_sim_time": True}),
-            "-r", "~/effort_commands:=/rb_simulator/commands")
-        self.peer = Peer("trajectory_action_test")
+            "friction_compensation": True, "state_timeout": 0.1, "use_sim_time": True},
+            "-r", "~/effort_commands:=/rb_simulator/commands", peer=self.sim.peer, shared=True)
+        self.peer = self.sim.peer
         try:
             self._connect()
         except BaseException:  # never leave the processes behind
@@ -121,11 +122,10 @@ class ClosedLoop:
         return f"--- simulator\n{self.sim.output()}\n--- control node\n{self.node.output()}"
 
     def close(self, check: bool = True) -> None:
-        self.peer.close()
-        took = {process: process.stop() for process in (self.node, self.sim)}
         if check:
-            for process, seconds in took.items():
-                assert seconds < 5.0 and process.proc.returncode == 0, self.output()
+            close_all(self.node, self.sim)
+        else:
+            abandon([self.node, self.sim])
 
     # -- state
 

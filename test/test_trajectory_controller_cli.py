@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import ros_tools
 from diagnostic_msgs.msg import DiagnosticArray
-from ros_harness import NodeProcess, Peer, write_params
+from ros_harness import Session, close_all
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 
@@ -75,11 +75,11 @@ def _shell(command: str, timeout: float = 60.0) -> ros_tools.Result:
 
 
 class Driver:
-    """The test plays the arm's driver: the same joint state at 100 Hz; it collects the
-    commands and the diagnostics, and has an ActionClient."""
+    """The test plays the arm's driver (through the node's session): the same joint state at
+    100 Hz; it collects the commands and the diagnostics, and has an ActionClient."""
 
-    def __init__(self) -> None:
-        self.peer = Peer("driver")
+    def __init__(self, node: Session) -> None:
+        self.peer = node.peer
         node = self.peer.node
         self.commands: list[Float64MultiArray] = []
         self.diagnostics: list[str] = []
@@ -115,7 +115,7 @@ class Driver:
         return future.result().result
 
 
-def _lifecycle(node: NodeProcess, command: str, expected: str) -> None:
+def _lifecycle(node: Session, command: str, expected: str) -> None:
     result = _shell(command + LIFECYCLE_FLAGS)
     assert result.returncode == 0 and result.stdout.strip() == expected, \
         f"{result}\n{node.output()}"
@@ -125,9 +125,9 @@ def test_lifecycle_as_in_the_docs_stops_efforts_and_aborts_the_goal(tmp_path):
     get, = doc_commands("ros2 lifecycle get")
     deactivate, activate = doc_commands("ros2 lifecycle set")
     assert deactivate.endswith(" deactivate") and activate.endswith(" activate")
-    node = NodeProcess("rb_dynamics.node", write_params(tmp_path, "rb_dynamics", {
-        "urdf_path": str(DEFAULT_URDF), "mode": "computed_torque", "state_timeout": 1.0}))
-    driver = Driver()
+    node = Session("rb_dynamics.node", tmp_path, {
+        "urdf_path": str(DEFAULT_URDF), "mode": "computed_torque", "state_timeout": 1.0})
+    driver = Driver(node)
     try:
         assert driver.peer.wait_for(lambda: len(driver.commands) > 10, 20.0), node.output()
         _lifecycle(node, get, "active [3]")
@@ -156,16 +156,14 @@ def test_lifecycle_as_in_the_docs_stops_efforts_and_aborts_the_goal(tmp_path):
         assert ok.error_code == 0, ok.error_string  # default tolerances check velocity only
         assert "deactivated (inactive): publishing no efforts" in node.output()
     finally:
-        driver.peer.close()
-        assert node.stop() < 5.0
-    assert node.proc.returncode == 0, node.output()
+        node.close()
 
 
 def test_without_autostart_the_node_waits_unconfigured(tmp_path):
     get, = doc_commands("ros2 lifecycle get")
-    node = NodeProcess("rb_dynamics.node", write_params(tmp_path, "rb_dynamics", {
-        "urdf_path": str(DEFAULT_URDF), "autostart": False, "state_timeout": 1.0}))
-    driver = Driver()
+    node = Session("rb_dynamics.node", tmp_path, {
+        "urdf_path": str(DEFAULT_URDF), "autostart": False, "state_timeout": 1.0})
+    driver = Driver(node)
     try:
         _lifecycle(node, get, "unconfigured [1]")
         assert not driver.commanding(1.0)
@@ -176,9 +174,7 @@ def test_without_autostart_the_node_waits_unconfigured(tmp_path):
         _lifecycle(node, get.replace(" get ", " set ") + " activate", "Transitioning successful")
         assert driver.peer.wait_for(lambda: len(driver.commands) > 10, 5.0), node.output()
     finally:
-        driver.peer.close()
-        assert node.stop() < 5.0
-    assert node.proc.returncode == 0, node.output()
+        node.close()
 
 
 def test_param_set_and_send_goal_as_in_the_docs(tmp_path):
@@ -191,9 +187,10 @@ def test_param_set_and_send_goal_as_in_the_docs(tmp_path):
     arguments = shlex.split(run.replace("\\\n", " ").replace(
         "$(ros2 pkg prefix rb_dynamics)/share/rb_dynamics/urdf/default_arm.urdf",
         str(DEFAULT_URDF)))
-    sim = NodeProcess("rb_dynamics.sim_node")
-    node = NodeProcess("rb_dynamics.node", None, *arguments[arguments.index("--ros-args") + 1:])
-    peer = Peer("watcher")
+    sim = Session("rb_dynamics.sim_node", tmp_path, default_name="rb_simulator")
+    node = Session("rb_dynamics.node", tmp_path, None,
+                   *arguments[arguments.index("--ros-args") + 1:], peer=sim.peer)
+    peer = sim.peer
     states: list[JointState] = []
     peer.node.create_subscription(JointState, "joint_states", states.append, 10)
     try:
@@ -213,7 +210,4 @@ def test_param_set_and_send_goal_as_in_the_docs(tmp_path):
         print(f"\nros2 action send_goal: the elbow ended {abs(q['elbow_joint'] - 0.8):.1e} rad "
               "from its goal")
     finally:
-        peer.close()
-        for process in (node, sim):
-            assert process.stop() < 5.0
-    assert node.proc.returncode == 0, node.output()
+        close_all(node, sim)
