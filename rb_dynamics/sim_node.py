@@ -143,11 +143,14 @@ PARAMETERS: dict[str, ParameterSpec] = {
 }
 
 
+NODE_NAME = "rb_simulator"
+
+
 class SimulatorNode(Node):
     """The topic-driven simulator (see the module docstring)."""
 
     def __init__(self, **kwargs) -> None:
-        super().__init__("rb_simulator", **kwargs)
+        super().__init__(NODE_NAME, **kwargs)
         ros_params.declare(self, PARAMETERS)
         settings = ros_params.read(self, PARAMETERS)
         self.warn = Warnings(self.get_logger())

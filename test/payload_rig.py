@@ -78,14 +78,13 @@ class ClosedLoop:
             "publish_rate": publish_rate, "time_step": 0.001, "publish_clock": lockstep,
             "command_timeout": 0.2, "start_paused": True, "lockstep": lockstep,
             "lockstep_timeout": 5.0,
-            "effort_noise": float(effort_noise), "friction": [0.0] * self.model.nv},
-            default_name=SIM)
+            "effort_noise": float(effort_noise), "friction": [0.0] * self.model.nv})
         kp = [float(k) for k in kp]
         self.control = Session("rb_dynamics.node", tmp_path, {
             "urdf_path": str(urdf), "mode": mode, "kp": kp,
             "kd": [2.0 * math.sqrt(k) for k in kp], "state_timeout": 0.1,
             "use_sim_time": lockstep}, "-r", f"~/effort_commands:=/{SIM}/commands",
-            default_name=CONTROL, peer=self.sim.peer)
+            peer=self.sim.peer)
         self.peer = self.sim.peer
         n = self.peer.node
         self.t: list[float] = []

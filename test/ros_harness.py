@@ -19,6 +19,7 @@ shows that something does NOT happen it waits, bounded, for that very event:
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import json
 import os
@@ -61,6 +62,11 @@ LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL,
                      reliability=ReliabilityPolicy.RELIABLE)
 _serial = itertools.count()
 _open: list[Session] = []  # sessions not closed yet, oldest first
+
+
+def own_name(module: str) -> str:
+    """The name a node module of this package gives its node (its ``NODE_NAME``)."""
+    return importlib.import_module(module).NODE_NAME
 
 
 def fresh_name(base: str) -> str:
@@ -229,7 +235,7 @@ class Session:
 
     ``module`` runs with ``params`` (a dict written to a file in ``directory``, or a parameter
     file as it is) under the name ``name`` (``-r __node:=name``, so that the nodes of different
-    tests never answer each other; ``default_name`` is the node's own). Topics and services
+    tests never answer each other; by default the node's own, ``own_name``). Topics and services
     relative to the node (``~/x``) are spelled ``name/x`` here. A controller hears joint states
     on ``states_topic`` (with ``state_qos``) and sends efforts on ``commands_topic``.
     ``peer``: another session's peer to talk through (one executor for nodes that work
@@ -238,11 +244,11 @@ class Session:
     """
 
     def __init__(self, module: str, directory: Path, params: dict | Path | None = None,
-                 *extra: str, name: str | None = None, default_name: str = "rb_dynamics",
-                 state_qos: Any = 10, states_topic: str = "joint_states",
+                 *extra: str, name: str | None = None, state_qos: Any = 10,
+                 states_topic: str = "joint_states",
                  commands_topic: str = "~/effort_commands", prelude: str = "",
                  peer: Peer | None = None, shared: bool = False) -> None:
-        self.name = name or default_name
+        self.name = name or own_name(module)
         args = [*extra] + (["-r", f"__node:={name}"] if name else [])
         params_file = (write_params(directory, self.name, params) if isinstance(params, dict)
                        else params)
@@ -366,8 +372,7 @@ class Session:
     def close(self, sig: int = signal.SIGINT) -> float:
         """Stop the node (SIGINT, or ``sig``); it must be gone within STOP_LIMIT_S with exit
         code 0."""
-        _open.remove(self)  # (closing twice is a mistake of the test: ValueError)
-        self.peer.close()
+        self._release()  # (closing twice is a mistake of the test: ValueError)
         seconds = self.process.stop(sig=sig)
         assert seconds < STOP_LIMIT_S, f"took {seconds:.2f} s to stop\n{self.output()}"
         assert self.process.proc.returncode == 0, self.output()
@@ -375,10 +380,14 @@ class Session:
 
     def kill(self) -> None:
         """SIGKILL the node (a crash), and close the peer."""
-        _open.remove(self)
-        self.peer.close()
+        self._release()
         self.process.proc.kill()
         self.process.proc.wait()
+
+    def _release(self) -> None:
+        """No longer open: its peer closes (when no other session talks through it)."""
+        _open.remove(self)
+        self.peer.close()
 
 
 def open_sessions() -> list[Session]:
@@ -395,8 +404,7 @@ def abandon(sessions: list[Session]) -> None:
     the test run and go on answering (a latched /robot_description, say) in later tests."""
     for session in sessions:
         if session in _open:
-            _open.remove(session)
-            session.peer.close()
+            session._release()
             session.process.stop(timeout=2.0)
 
 
@@ -412,11 +420,11 @@ def close_all(*sessions: Session, sig: int = signal.SIGINT) -> None:
         raise failures[0]
 
 
-def refused_start(module: str, params_file: Path | None, *extra: str,
+def refused_start(module: str, directory: Path, params: dict, *extra: str,
                   timeout: float = 60.0) -> str:
-    """Run a node whose configuration it must refuse: it exits with code 1 within ``timeout``
-    (SIGKILL otherwise, and the check fails); its output."""
-    process = NodeProcess(module, params_file, *extra)
+    """Run a node (under its own name) whose configuration it must refuse: it exits with code 1
+    within ``timeout`` (SIGKILL otherwise, and the check fails); its output."""
+    process = NodeProcess(module, write_params(directory, own_name(module), params), *extra)
     try:
         process.proc.wait(timeout)
     except subprocess.TimeoutExpired:
@@ -438,5 +446,4 @@ def simulator(directory: Path, params: dict | Path | None = None, *extra: str,
               **kwargs: Any) -> Session:
     """The topic simulator (rb_dynamics.sim_node) under a name of its own."""
     kwargs.setdefault("name", fresh_name("rb_simulator"))
-    return Session("rb_dynamics.sim_node", directory, params, *extra,
-                   default_name="rb_simulator", **kwargs)
+    return Session("rb_dynamics.sim_node", directory, params, *extra, **kwargs)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from ros_harness import Session, control_node, refused_start, simulator, write_params
+from ros_harness import Session, control_node, refused_start, simulator
 from sensor_msgs.msg import JointState
 from test_constraints_pinocchio import four_bar_urdf
 
@@ -66,10 +66,9 @@ def test_simulator_keeps_the_loop_closed_for_10_s(tmp_path, urdf_file):
 
 
 def test_simulator_refuses_a_constraint_on_an_unknown_link(tmp_path, urdf_file):
-    params = write_params(tmp_path, "rb_simulator", {
+    output = refused_start("rb_dynamics.sim_node", tmp_path, {
         "urdf_path": str(urdf_file), "loop_constraints": {
             "names": ["loop"], "loop": {**LOOP, "link_b": "nowhere"}}})
-    output = refused_start("rb_dynamics.sim_node", params)
     assert "loop_constraints.loop.link_b: unknown link 'nowhere'" in output
 
 

@@ -14,7 +14,7 @@ import pinocchio as pin
 import pytest
 from payload_rig import set_payload_request as set_request
 from pin_oracle import REAL_ROBOTS, Oracle, rel_err, robots_dir
-from ros_harness import Session, refused_start, write_params
+from ros_harness import Session, refused_start
 from test_payload_dynamics import pin_oracle
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
@@ -152,8 +152,8 @@ def test_start_up_payload_parameters(tmp_path):
         assert rig.diagnostic_values()["payload"].startswith("2 kg on wrist_3_link")
     finally:
         rig.close()
-    refused = refused_start("rb_dynamics.node", write_params(tmp_path, "rb_dynamics", {
-        "urdf_path": str(DEFAULT_URDF), "payload.mass": 1.0, "payload.com": [0.1, 0.2]}))
+    refused = refused_start("rb_dynamics.node", tmp_path, {
+        "urdf_path": str(DEFAULT_URDF), "payload.mass": 1.0, "payload.com": [0.1, 0.2]})
     assert "payload com must have shape (3,)" in refused
     rig = Rig(tmp_path, DEFAULT_URDF, **{"payload.link": "gripper", "payload.mass": 1.0})
     try:

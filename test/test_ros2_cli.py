@@ -50,7 +50,7 @@ def _start(directory: Path, name: str, params_file: Path | None = None, *extra: 
            ) -> Session:
     """The node under its own name (the CLI calls it so)."""
     args = extra if params_file is not None else ("-p", f"urdf_path:={DEFAULT_URDF}", *extra)
-    return Session(NODES[name], directory, params_file, *args, default_name=name)
+    return Session(NODES[name], directory, params_file, *args)
 
 
 def _param(verb: str, node: str, *args: str) -> ros_tools.Result:

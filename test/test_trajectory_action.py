@@ -83,7 +83,7 @@ class ClosedLoop:
             "command_timeout": 0.2, "start_paused": True, "lockstep": True,
             # a loaded machine may starve the control node for a while: the simulator waits
             # for its command rather than going on without it
-            "lockstep_timeout": 60.0}, default_name="rb_simulator", shared=True)
+            "lockstep_timeout": 60.0}, shared=True)
         self.node = Session("rb_dynamics.node", tmp, {
             "urdf_path": str(urdf), "mode": "computed_torque", "kp": [KP], "kd": [KD],
             "friction_compensation": True, "state_timeout": 0.1, "use_sim_time": True},

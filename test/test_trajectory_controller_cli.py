@@ -187,7 +187,7 @@ def test_param_set_and_send_goal_as_in_the_docs(tmp_path):
     arguments = shlex.split(run.replace("\\\n", " ").replace(
         "$(ros2 pkg prefix rb_dynamics)/share/rb_dynamics/urdf/default_arm.urdf",
         str(DEFAULT_URDF)))
-    sim = Session("rb_dynamics.sim_node", tmp_path, default_name="rb_simulator")
+    sim = Session("rb_dynamics.sim_node", tmp_path)
     node = Session("rb_dynamics.node", tmp_path, None,
                    *arguments[arguments.index("--ros-args") + 1:], peer=sim.peer)
     peer = sim.peer
