@@ -96,32 +96,35 @@ class ControlLoop:
             self.totals.superseded += count - 1
             self.totals.newest_stamp_ns = msg.header.stamp.sec * 1_000_000_000 \
                 + msg.header.stamp.nanosec
-            self._control(msg)
+            if not self._control(msg):
+                self.totals.unanswered += 1
         recorder = self.recorder
         if recorder is not None:
             recorder(msg)
 
-    def _control(self, msg: JointState) -> None:
+    def _control(self, msg: JointState) -> bool:
+        """Answers ``msg`` with a command; False when none was published (the reason, if it is
+        a problem, goes to the log and /diagnostics)."""
         controller = self.controller
         if controller is None:
-            return
+            return False
         now = self._now()
         if msg.header.stamp.sec < 0:
             # a clock before the epoch is a driver fault; its state cannot be trusted either
             self.problem(f"joint_states: negative stamp {msg.header.stamp.sec} s; not "
                          "publishing", "negative stamp")
-            return
+            return False
         first = controller.q is None
         try:
             controller.update_state(msg.name, msg.position, msg.velocity, now)
         except ControllerError as exc:
             self.problem(f"{exc}; not publishing")
-            return
+            return False
         if first and self.first_state is not None:
             self.first_state()
         self.stats.states += 1
         if not self.publishing or now - self._last_publish < self.min_period:
-            return
+            return False
         started = time.perf_counter()
         stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
         # the reference is sampled at the instant the state describes, when it is stamped
@@ -130,7 +133,7 @@ class ControlLoop:
             out = controller.compute(now, reference_time)
         except ControllerError as exc:
             self.problem(str(exc), "compute")
-            return
+            return False
         self._publish(out.effort)
         elapsed = time.perf_counter() - started
         self._account(now, elapsed, stamp)
@@ -144,6 +147,7 @@ class ControlLoop:
             self.node.get_logger().info("computed torque: no reference yet, holding the "
                                         "measured position (gravity + PD)")
             self.hold_reported = True
+        return True
 
     def _publish(self, effort: np.ndarray) -> None:
         command = self._command

@@ -3,8 +3,10 @@
 
 One status per node: the model and where it came from, the mode, the dynamics kernels in use,
 rates of states and commands over the last period, compute time, clamping, the last problem,
-and running totals since start (states received = answered + superseded + refused) so that a
-monitor can account for every state it sent (``read_totals``).
+and running totals since start (states received = commands + superseded + not answered, for
+every state: not answered are those taken without a command, e.g. before a model is loaded, with
+a refused state, or between commands at ``max_publish_rate``), so that a monitor can account
+for every state it sent (``read_totals``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ __all__ = ["STATE_AGE_P99_KEY", "TOTALS_KEYS", "Statistics", "Totals", "read_tot
 
 # /diagnostics keys of the running totals, so that a monitor can account for every state
 TOTALS_KEYS = {"received": "states received (total)", "superseded": "states superseded (total)",
-               "commands": "commands (total)", "stamp": "newest state stamp (ns)"}
+               "commands": "commands (total)", "unanswered": "states not answered (total)",
+               "stamp": "newest state stamp (ns)"}
 STATE_AGE_P99_KEY = "state age at command p99 (ms)"
 
 
@@ -40,11 +43,12 @@ class Statistics:
 
 @dataclass
 class Totals:
-    """Since start: received = answered + superseded + refused."""
+    """Since start: received = commands + superseded + unanswered, always."""
 
     received: int = 0
     superseded: int = 0
     commands: int = 0
+    unanswered: int = 0  # taken without a command: no controller, refused, rate-limited
     newest_stamp_ns: int = 0
 
 
@@ -85,6 +89,7 @@ def period_values(stats: Statistics, totals: Totals, ages_s: np.ndarray,
         TOTALS_KEYS["received"]: str(totals.received),
         TOTALS_KEYS["superseded"]: str(totals.superseded),
         TOTALS_KEYS["commands"]: str(totals.commands),
+        TOTALS_KEYS["unanswered"]: str(totals.unanswered),
         TOTALS_KEYS["stamp"]: str(totals.newest_stamp_ns),
         **state_age_report(ages_s),
     }
