@@ -24,7 +24,7 @@ setup:
 # the main job: simulator + control node in closed loop on the bundled arm, report and plot
 # (options: make run ARGS="--urdf my.urdf --duration 5 --mode gravity_compensation")
 run: setup
-	$(PY) -m rb_dynamics.main_job $(ARGS)
+	$(PY) -m rb_dynamics.demo.main_job $(ARGS)
 
 # (a subset: make test TESTS="test/test_ros2_launch.py test/test_ros2_cli.py")
 TESTS ?= test

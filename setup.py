@@ -23,11 +23,12 @@ class BuildExt(build_ext):
         super().build_extension(ext)
 
 
-# The trampoline into the per-model compiled kernels (rb_dynamics/kernel_cache.py). Optional:
-# without a compiler or numpy at build time the package installs and runs the Python kernels.
+# The trampoline into the per-model compiled kernels (rb_dynamics/dynamics/kernel_cache.py).
+# Optional: without a compiler or numpy at build time the package installs and runs the Python
+# kernels.
 ckernels = Extension(
-    f"{package_name}._ckernels",
-    sources=[f"{package_name}/_ckernels.c"],
+    f"{package_name}.dynamics._ckernels",
+    sources=[f"{package_name}/dynamics/_ckernels.c"],
     optional=True,
 )
 
@@ -56,10 +57,10 @@ setup(
     python_requires=">=3.10",
     entry_points={
         "console_scripts": [
-            "rb_dynamics_node = rb_dynamics.node:main",
-            "rb_simulator = rb_dynamics.sim_node:main",
-            "rb_reference = rb_dynamics.reference_node:main",
-            "rb_dynamics_main_job = rb_dynamics.main_job:main",
+            "rb_dynamics_node = rb_dynamics.ros.control_node.node:main",
+            "rb_simulator = rb_dynamics.ros.simulator_node.node:main",
+            "rb_reference = rb_dynamics.demo.reference_publisher:main",
+            "rb_dynamics_main_job = rb_dynamics.demo.main_job:main",
         ],
     },
 )

@@ -26,7 +26,7 @@ from constrained_robots import (  # noqa: E402
     space_robot_terms,
 )
 
-from rb_dynamics.constraints import rosenberg, udwadia_kalaba  # noqa: E402
+from rb_dynamics.dynamics import rosenberg, udwadia_kalaba  # noqa: E402
 
 
 def simulate(terms, q0, v0, solver) -> tuple[float, int]:

@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT / "test"))
 
 from pin_oracle import Oracle, random_state, rel_err, robots_dir
 
-from rb_dynamics.backend import compile_dynamics
+from rb_dynamics.dynamics import compile_dynamics
 from rb_dynamics.model import load_model
 
 MODELS = {

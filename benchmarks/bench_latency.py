@@ -35,7 +35,7 @@ from itertools import chain
 import rclpy
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
-from rb_dynamics.ros_runtime import run_node, take_queued
+from rb_dynamics.ros.runtime import run_node, take_queued
 
 class Echo(rclpy.node.Node):
     # answers each state at once, draining the queue the way our node does
@@ -78,7 +78,7 @@ class _Driver:
         from sensor_msgs.msg import JointState
         from std_msgs.msg import Float64MultiArray
 
-        from rb_dynamics.diagnostics import read_totals
+        from rb_dynamics.ros.diagnostics import read_totals
 
         self.context = rclpy.Context()
         rclpy.init(context=self.context)
@@ -275,7 +275,7 @@ def main() -> int:
         floor = measure(echo, joints, configurations, args.seconds)
         rows.append({"robot": robot, "node": "echo", **floor})
         for mode in ("gravity_compensation", "computed_torque"):
-            cmd = [sys.executable, "-m", "rb_dynamics.node", "--ros-args", "-p",
+            cmd = [sys.executable, "-m", "rb_dynamics.ros.control_node", "--ros-args", "-p",
                    f"urdf_path:={urdf}", "-p", f"mode:={mode}", "-p", "state_timeout:=1.0"]
             # computed torque toward a set-point: a full RNEA with the PD term per state
             set_point = configurations[0] if mode == "computed_torque" else None

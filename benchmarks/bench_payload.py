@@ -27,9 +27,8 @@ sys.path.insert(0, str(ROOT / "test"))
 
 from pin_oracle import Oracle, random_state, rel_err, robots_dir
 
-from rb_dynamics.backend import compile_dynamics
+from rb_dynamics.dynamics import Payload, PayloadEffort, compile_dynamics, default_payload_link
 from rb_dynamics.model import load_model
-from rb_dynamics.payload import Payload, PayloadEffort, default_payload_link
 
 MODELS = {
     "ur5": "ur_description/urdf/ur5_robot.urdf",

@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "test"))
 from pin_oracle import REAL_ROBOTS, robots_dir  # noqa: E402
 
-from rb_dynamics.backend import (
+from rb_dynamics.dynamics import (
     KERNEL_METHODS,  # noqa: E402
     compile_dynamics,  # noqa: E402
 )
@@ -90,7 +90,7 @@ def _request(model, mode: str, integrator: str):
 
 def _answer(dyn, request):
     """~/simulate's work for ``request`` in this process: (response, seconds)."""
-    from rb_dynamics.services import RollOut
+    from rb_dynamics.ros.control_node.dynamics_services import RollOut
     from rb_dynamics_interfaces.srv import Simulate
 
     start = time.perf_counter()

@@ -34,7 +34,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rb_dynamics import DEFAULT_URDF  # noqa: E402
-from rb_dynamics.main_job import SIM, _spawn, _stop  # noqa: E402
+from rb_dynamics.demo.main_job import SIM, _spawn, _stop  # noqa: E402
 
 
 def _proc_stats(pid: int) -> dict:
@@ -55,10 +55,10 @@ def _arguments() -> argparse.Namespace:
 
 def _start_nodes(args: argparse.Namespace, log_dir: Path):
     """The simulator and the control node, its commands remapped to the simulator's input."""
-    sim = _spawn("rb_dynamics.sim_node", {
+    sim = _spawn("rb_dynamics.ros.simulator_node", {
         "urdf_path": str(args.urdf), "publish_rate": 1000.0, "time_step": 0.001,
         "command_timeout": 0.5}, [], log_dir)
-    control = _spawn("rb_dynamics.node", {
+    control = _spawn("rb_dynamics.ros.control_node", {
         "urdf_path": str(args.urdf), "mode": args.mode, "state_timeout": 0.5,
         "friction_compensation": True}, ["-r", f"~/effort_commands:=/{SIM}/commands"], log_dir)
     return sim, control
@@ -76,8 +76,8 @@ class _Monitor:
         from sensor_msgs.msg import JointState
         from std_msgs.msg import Float64MultiArray
 
-        from rb_dynamics.diagnostics import read_totals
-        from rb_dynamics.ros_runtime import take_queued
+        from rb_dynamics.ros.diagnostics import read_totals
+        from rb_dynamics.ros.runtime import take_queued
 
         rclpy.init()
         self.node = rclpy.create_node("rb_soak_monitor")

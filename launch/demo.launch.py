@@ -13,7 +13,7 @@ from launch_ros.actions import Node
 from launch_ros.substitutions import FindPackageShare
 
 from launch import LaunchDescription
-from rb_dynamics.launch_support import description_file_argument, robot_description
+from rb_dynamics.ros.launch_support import description_file_argument, robot_description
 
 
 def generate_launch_description() -> LaunchDescription:

@@ -15,7 +15,7 @@ from launch_ros.parameter_descriptions import ParameterValue
 from launch_ros.substitutions import FindPackageShare
 
 from launch import LaunchDescription
-from rb_dynamics.launch_support import description_file_argument, robot_description
+from rb_dynamics.ros.launch_support import description_file_argument, robot_description
 
 
 def generate_launch_description() -> LaunchDescription:

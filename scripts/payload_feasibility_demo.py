@@ -22,11 +22,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from rb_dynamics import DEFAULT_URDF  # noqa: E402
-from rb_dynamics import dynamics as D  # noqa: E402
-from rb_dynamics.control import TrajectoryPoint, TrajectorySampler  # noqa: E402
-from rb_dynamics.feasibility import feasibility_report  # noqa: E402
+from rb_dynamics.control import (  # noqa: E402
+    TrajectoryPoint,
+    TrajectorySampler,
+    feasibility_report,  # noqa: E402
+)
+from rb_dynamics.dynamics import Payload, with_payload  # noqa: E402
+from rb_dynamics.dynamics import reference as D  # noqa: E402
 from rb_dynamics.model import load_model  # noqa: E402
-from rb_dynamics.payload import Payload, with_payload  # noqa: E402
 
 WAYPOINTS = np.array([
     [0.0, -1.2, 1.2, -1.0, -1.57, 0.0],

@@ -12,7 +12,7 @@ import tempfile
 
 import pytest
 
-from rb_dynamics.ros_env import keep_local
+from rb_dynamics.ros.environment import keep_local
 
 keep_local(os.environ, override=True)
 os.environ.setdefault("ROS_LOG_DIR", tempfile.mkdtemp(prefix="rb_dynamics_ros_log_"))

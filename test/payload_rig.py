@@ -21,8 +21,8 @@ from sensor_msgs.msg import JointState
 from std_srvs.srv import SetBool
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
+from rb_dynamics.dynamics import suggest_identification_poses
 from rb_dynamics.model import Model, load_model
-from rb_dynamics.payload import suggest_identification_poses
 from rb_dynamics_interfaces.srv import IdentifyPayload, SetPayload
 
 SIM, CONTROL = "rb_simulator", "rb_dynamics"
@@ -73,14 +73,14 @@ class ClosedLoop:
         self.joints = self.model.actuated_joint_names
         self.q_index = [self.model.joint_q_index[self.model.joint_index(n)] for n in self.joints]
         self.q0 = np.asarray(q0, dtype=float)
-        self.sim = Session("rb_dynamics.sim_node", tmp_path, {
+        self.sim = Session("rb_dynamics.ros.simulator_node", tmp_path, {
             "urdf_path": str(urdf), "initial_positions": self.q0.tolist(),
             "publish_rate": publish_rate, "time_step": 0.001, "publish_clock": lockstep,
             "command_timeout": 0.2, "start_paused": True, "lockstep": lockstep,
             "lockstep_timeout": 5.0,
             "effort_noise": float(effort_noise), "friction": [0.0] * self.model.nv})
         kp = [float(k) for k in kp]
-        self.control = Session("rb_dynamics.node", tmp_path, {
+        self.control = Session("rb_dynamics.ros.control_node", tmp_path, {
             "urdf_path": str(urdf), "mode": mode, "kp": kp,
             "kd": [2.0 * math.sqrt(k) for k in kp], "state_timeout": 0.1,
             "use_sim_time": lockstep}, "-r", f"~/effort_commands:=/{SIM}/commands",

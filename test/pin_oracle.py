@@ -20,8 +20,7 @@ import pinocchio as pin
 import pytest
 from urdf_samples import kitchen_sink_urdf
 
-from rb_dynamics.joints import JOINT_DIMENSIONS
-from rb_dynamics.model import Model, load_model
+from rb_dynamics.model import JOINT_DIMENSIONS, Model, load_model
 
 
 def robots_dir() -> str:

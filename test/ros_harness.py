@@ -43,7 +43,7 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
 
-from rb_dynamics.ros_env import keep_local
+from rb_dynamics.ros.environment import keep_local
 
 keep_local(os.environ)  # conftest has set them for pytest; this is for other users of the harness
 os.environ.setdefault("ROS_LOG_DIR", tempfile.mkdtemp(prefix="rb_dynamics_ros_log_"))
@@ -439,11 +439,11 @@ def control_node(directory: Path, params: dict | Path | None = None, *extra: str
                  **kwargs: Any) -> Session:
     """The control node (rb_dynamics.node) under a name of its own."""
     kwargs.setdefault("name", fresh_name("rb_dynamics"))
-    return Session("rb_dynamics.node", directory, params, *extra, **kwargs)
+    return Session("rb_dynamics.ros.control_node", directory, params, *extra, **kwargs)
 
 
 def simulator(directory: Path, params: dict | Path | None = None, *extra: str,
               **kwargs: Any) -> Session:
     """The topic simulator (rb_dynamics.sim_node) under a name of its own."""
     kwargs.setdefault("name", fresh_name("rb_simulator"))
-    return Session("rb_dynamics.sim_node", directory, params, *extra, **kwargs)
+    return Session("rb_dynamics.ros.simulator_node", directory, params, *extra, **kwargs)

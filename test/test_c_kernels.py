@@ -33,17 +33,21 @@ from pin_oracle import (
 )
 from urdf_samples import kitchen_sink_urdf
 
-from rb_dynamics import dynamics as D
-from rb_dynamics import kernel_cache
-from rb_dynamics.backend import compile_dynamics
-from rb_dynamics.kernel_cache import KernelBuildError, cached_kernels, start_compile
+from rb_dynamics.dynamics import (
+    KernelBuildError,
+    cached_kernels,
+    compile_dynamics,
+    kernel_cache,
+    start_compile,
+)
+from rb_dynamics.dynamics import reference as D
 from rb_dynamics.model import load_model
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPILER = shutil.which(os.environ.get("CC", "cc").split()[0]) or shutil.which("gcc")
 pytestmark = pytest.mark.skipif(
     kernel_cache._ckernels is None or COMPILER is None,
-    reason="needs the built rb_dynamics._ckernels extension and a C compiler")
+    reason="needs the built rb_dynamics.dynamics._ckernels extension and a C compiler")
 
 TOL_PYTHON, TOL_PIN = 1e-12, 1e-9
 N_STATES = 40
@@ -272,10 +276,10 @@ handler.emit = lambda record: records.append(f"{record.levelname} {record.getMes
 logging.getLogger("rb_dynamics.kernels").addHandler(handler)
 logging.getLogger("rb_dynamics.kernels").setLevel(logging.DEBUG)
 if "no-trampoline" in sys.argv:
-    sys.modules["rb_dynamics._ckernels"] = None  # as if the extension was never built
+    sys.modules["rb_dynamics.dynamics._ckernels"] = None  # as if the extension was never built
 import numpy as np
-from rb_dynamics.backend import compile_dynamics
-from rb_dynamics.kernel_cache import KernelBuildError, cached_kernels
+from rb_dynamics.dynamics import compile_dynamics
+from rb_dynamics.dynamics import KernelBuildError, cached_kernels
 from rb_dynamics.model import load_model
 model = load_model(sys.stdin.read())
 out = {"cached": cached_kernels(model) is not None}

@@ -20,16 +20,21 @@ from gil_probe import ticks_during
 from pin_oracle import REAL_ROBOTS, rel_err, robots_dir
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-from rb_dynamics import kernel_cache
-from rb_dynamics.backend import KERNEL_METHODS, LiveDynamics, ReferenceDynamics, compile_dynamics
-from rb_dynamics.constraints import ConstraintSet
+from rb_dynamics.dynamics import (
+    KERNEL_METHODS,
+    ConstraintSet,
+    LiveDynamics,
+    ReferenceDynamics,
+    compile_dynamics,
+    kernel_cache,
+)
 from rb_dynamics.model import load_model
-from rb_dynamics.services import RollOut
+from rb_dynamics.ros.control_node.dynamics_services import RollOut
 from rb_dynamics.simulation import INTEGRATORS, Simulator, compiled_steps, step
 from rb_dynamics_interfaces.srv import Simulate
 
 pytestmark = pytest.mark.skipif(kernel_cache._ckernels is None,
-                                reason="needs the built rb_dynamics._ckernels extension")
+                                reason="needs the built rb_dynamics.dynamics._ckernels extension")
 
 ROOT = Path(__file__).resolve().parents[1]
 TOL = 1e-12

@@ -22,20 +22,20 @@ from constrained_robots import (
 from pin_oracle import REAL_ROBOTS, robots_dir
 from scipy.integrate import solve_ivp
 
-from rb_dynamics import dynamics as D
-from rb_dynamics.backend import ReferenceDynamics
-from rb_dynamics.constraints import (
+from rb_dynamics.dynamics import (
     Baumgarte,
     ConstraintSet,
     FixedPoint,
     FrameWeld,
     JointCoupling,
     LoopClosurePoint,
+    ReferenceDynamics,
     UserConstraint,
     constrained_forward_dynamics,
     rosenberg,
     udwadia_kalaba,
 )
+from rb_dynamics.dynamics import reference as D
 from rb_dynamics.model import load_model
 from rb_dynamics.simulation import step
 

@@ -10,15 +10,15 @@ import pinocchio as pin
 import pytest
 from pin_oracle import REAL_ROBOTS, Oracle, random_state, rel_err, robots_dir
 
-from rb_dynamics import dynamics as D
-from rb_dynamics.backend import compile_dynamics
-from rb_dynamics.constraints import (
+from rb_dynamics.dynamics import (
     Baumgarte,
     FixedPoint,
     FrameWeld,
     LoopClosurePoint,
+    compile_dynamics,
     constrained_forward_dynamics,
 )
+from rb_dynamics.dynamics import reference as D
 from rb_dynamics.model import load_model
 from rb_dynamics.simulation import step
 
@@ -105,7 +105,7 @@ def test_four_bar_stays_closed_for_10_s():
             self.nonlinear_effects = fast.nonlinear_effects
 
         def aba(self, qs, vs, tau, f_ext=None):
-            from rb_dynamics.constraints import rosenberg
+            from rb_dynamics.dynamics import rosenberg
 
             F = tau - fast.nonlinear_effects(qs, vs)
             r = loop.rows(model, qs, vs, 0.0, gains)

@@ -10,8 +10,8 @@ from ros_harness import Session, control_node, refused_start, simulator
 from sensor_msgs.msg import JointState
 from test_constraints_pinocchio import four_bar_urdf
 
-from rb_dynamics import dynamics as D
-from rb_dynamics.constraints import ConstraintSet, constrained_forward_dynamics
+from rb_dynamics.dynamics import ConstraintSet, constrained_forward_dynamics
+from rb_dynamics.dynamics import reference as D
 from rb_dynamics.model import load_model
 from rb_dynamics_interfaces.srv import ForwardDynamics, Simulate
 
@@ -66,7 +66,7 @@ def test_simulator_keeps_the_loop_closed_for_10_s(tmp_path, urdf_file):
 
 
 def test_simulator_refuses_a_constraint_on_an_unknown_link(tmp_path, urdf_file):
-    output = refused_start("rb_dynamics.sim_node", tmp_path, {
+    output = refused_start("rb_dynamics.ros.simulator_node", tmp_path, {
         "urdf_path": str(urdf_file), "loop_constraints": {
             "names": ["loop"], "loop": {**LOOP, "link_b": "nowhere"}}})
     assert "loop_constraints.loop.link_b: unknown link 'nowhere'" in output

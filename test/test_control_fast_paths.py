@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from pin_oracle import REAL_ROBOTS, robots_dir
 
-from rb_dynamics.control import (
+from rb_dynamics.control.controller import (
     ControllerError,
     JointController,
     TrajectoryPoint,

@@ -12,7 +12,7 @@ from pin_oracle import REAL_ROBOTS, random_state, robots_dir
 from scipy.integrate import solve_ivp
 from urdf_samples import kitchen_sink_urdf, two_link_arm_urdf
 
-from rb_dynamics import dynamics as D
+from rb_dynamics.dynamics import reference as D
 from rb_dynamics.model import load_model
 
 

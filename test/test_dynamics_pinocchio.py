@@ -13,7 +13,7 @@ import pinocchio as pin
 import pytest
 from pin_oracle import Oracle, WorstErrors, load_case, oracle_models, random_state, rel_err
 
-from rb_dynamics import dynamics as D
+from rb_dynamics.dynamics import reference as D
 
 TOL = 1e-9
 N_STATES = 100

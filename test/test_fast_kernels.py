@@ -16,9 +16,8 @@ import pytest
 from pin_oracle import Oracle, WorstErrors, load_case, oracle_models, random_state, rel_err
 from urdf_samples import kitchen_sink_urdf
 
-from rb_dynamics import dynamics as D
-from rb_dynamics.backend import compile_dynamics
-from rb_dynamics.codegen import FastDynamics
+from rb_dynamics.dynamics import FastDynamics, compile_dynamics
+from rb_dynamics.dynamics import reference as D
 from rb_dynamics.model import load_model
 
 TOL = 1e-9

@@ -28,10 +28,12 @@ from rcl_interfaces.srv import GetParameters
 from rclpy.parameter import parameter_value_to_python
 from ros_harness import Session, control_node, parameter_value, simulator
 
-from rb_dynamics import DEFAULT_URDF, node, sim_node
-from rb_dynamics.constraint_params import PREFIX, ConstraintParameters
+from rb_dynamics import DEFAULT_URDF
 from rb_dynamics.model import load_model
-from rb_dynamics.ros_params import ParameterSpec
+from rb_dynamics.ros.constraint_parameters import PREFIX, ConstraintParameters
+from rb_dynamics.ros.control_node import node
+from rb_dynamics.ros.parameters import ParameterSpec
+from rb_dynamics.ros.simulator_node import node as sim_node
 
 ROOT = Path(__file__).resolve().parents[1]
 JOINTS = load_model(DEFAULT_URDF).actuated_joint_names

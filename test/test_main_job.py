@@ -14,7 +14,7 @@ from pin_oracle import REAL_ROBOTS, robots_dir
 
 
 def _run(tmp_path: Path, *args: str, timeout: float = 120.0) -> dict:
-    out = subprocess.run([sys.executable, "-m", "rb_dynamics.main_job", "--quiet",
+    out = subprocess.run([sys.executable, "-m", "rb_dynamics.demo.main_job", "--quiet",
                           "--out", str(tmp_path), *args],
                          capture_output=True, text=True, timeout=timeout)
     assert out.returncode == 0, out.stdout + out.stderr

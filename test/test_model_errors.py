@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from urdf_samples import kitchen_sink_urdf
 
-from rb_dynamics import dynamics as D
+from rb_dynamics.dynamics import reference as D
 from rb_dynamics.model import URDFError, load_model
 
 LINK = (

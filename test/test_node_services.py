@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """The rb_dynamics node as a real process on loopback DDS, checked against the core in-process.
 
-No mocks: the node runs under rclpy in its own process (``python -m rb_dynamics.node``), this
-test process calls its services and topics through rb_dynamics_interfaces, and every number is
-compared with ``rb_dynamics.dynamics`` computed here on the same model.
+No mocks: the node runs under rclpy in its own process
+(``python -m rb_dynamics.ros.control_node``), this test process calls its services and topics
+through rb_dynamics_interfaces, and every number is compared with ``rb_dynamics.dynamics``
+computed here on the same model.
 """
 
 from __future__ import annotations

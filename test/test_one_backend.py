@@ -12,10 +12,10 @@ import rclpy
 from rclpy.parameter import Parameter
 
 from rb_dynamics import DEFAULT_URDF
-from rb_dynamics.backend import LiveDynamics
-from rb_dynamics.kernel_cache import _ckernels
-from rb_dynamics.node import DynamicsNode
-from rb_dynamics.sim_node import SimulatorNode
+from rb_dynamics.dynamics import LiveDynamics
+from rb_dynamics.dynamics.kernel_cache import _ckernels
+from rb_dynamics.ros.control_node.node import DynamicsNode
+from rb_dynamics.ros.simulator_node.node import SimulatorNode
 
 pytestmark = pytest.mark.skipif(_ckernels is None, reason="no C kernels extension built")
 

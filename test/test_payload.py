@@ -14,8 +14,8 @@ from pin_oracle import REAL_ROBOTS, Oracle, random_state, rel_err, robots_dir
 from urdf_samples import kitchen_sink_urdf, two_link_arm_urdf
 
 from rb_dynamics import DEFAULT_URDF
-from rb_dynamics import dynamics as D
-from rb_dynamics import payload as P
+from rb_dynamics.dynamics import payload as P
+from rb_dynamics.dynamics import reference as D
 from rb_dynamics.model import load_model
 
 TOL = 1e-9

@@ -17,8 +17,8 @@ from pin_oracle import REAL_ROBOTS, robots_dir
 from std_msgs.msg import Float64MultiArray
 
 from rb_dynamics import DEFAULT_URDF
-from rb_dynamics import dynamics as D
-from rb_dynamics.payload import Payload, with_payload
+from rb_dynamics.dynamics import Payload, with_payload
+from rb_dynamics.dynamics import reference as D
 from rb_dynamics_interfaces.srv import IdentifyPayload, InverseDynamics
 
 PANDA = Path(robots_dir(), REAL_ROBOTS["panda"][0])

@@ -13,9 +13,14 @@ import pytest
 from pin_oracle import REAL_ROBOTS, Oracle, random_state, rel_err, robots_dir
 
 from rb_dynamics import DEFAULT_URDF
-from rb_dynamics.backend import ReferenceDynamics, compile_dynamics
+from rb_dynamics.dynamics import (
+    Payload,
+    PayloadDynamics,
+    ReferenceDynamics,
+    compile_dynamics,
+    default_payload_link,
+)
 from rb_dynamics.model import load_model
-from rb_dynamics.payload import Payload, PayloadDynamics, default_payload_link
 
 TOL = 1e-9
 

@@ -19,11 +19,11 @@ from test_payload_dynamics import pin_oracle
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from rb_dynamics import DEFAULT_URDF
-from rb_dynamics import dynamics as D
-from rb_dynamics import feasibility as F
+from rb_dynamics.control import feasibility as F
+from rb_dynamics.dynamics import Payload, suggest_identification_poses, with_payload
+from rb_dynamics.dynamics import reference as D
 from rb_dynamics.model import load_model
-from rb_dynamics.payload import Payload, suggest_identification_poses, with_payload
-from rb_dynamics.payload_services import END_MARGIN, rest_poses
+from rb_dynamics.ros.control_node.payload_services import END_MARGIN, rest_poses
 from rb_dynamics_interfaces.srv import (
     DynamicsTerms,
     IdentifyPayload,
@@ -47,7 +47,7 @@ class Rig:
     def __init__(self, tmp_path: Path, urdf: Path, **params):
         self.model = load_model(urdf)
         self.xml = Path(urdf).read_text()
-        self.node = Session("rb_dynamics.node", tmp_path,
+        self.node = Session("rb_dynamics.ros.control_node", tmp_path,
                             {"urdf_path": str(urdf), "state_timeout": 0.5, **params})
         self.services = {"set_payload": SetPayload, "identify_payload": IdentifyPayload,
                          "trajectory_efforts": TrajectoryEfforts,
@@ -152,7 +152,7 @@ def test_start_up_payload_parameters(tmp_path):
         assert rig.diagnostic_values()["payload"].startswith("2 kg on wrist_3_link")
     finally:
         rig.close()
-    refused = refused_start("rb_dynamics.node", tmp_path, {
+    refused = refused_start("rb_dynamics.ros.control_node", tmp_path, {
         "urdf_path": str(DEFAULT_URDF), "payload.mass": 1.0, "payload.com": [0.1, 0.2]})
     assert "payload com must have shape (3,)" in refused
     rig = Rig(tmp_path, DEFAULT_URDF, **{"payload.link": "gripper", "payload.mass": 1.0})

@@ -21,7 +21,8 @@ from rb_dynamics import DEFAULT_URDF
 
 pytestmark = pytest.mark.skipif(ros_tools.MISSING is not None, reason=str(ros_tools.MISSING))
 
-NODES = {"rb_dynamics": "rb_dynamics.node", "rb_simulator": "rb_dynamics.sim_node"}
+NODES = {"rb_dynamics": "rb_dynamics.ros.control_node",
+         "rb_simulator": "rb_dynamics.ros.simulator_node"}
 
 
 def _daemons() -> dict[int, str]:

@@ -21,11 +21,12 @@ from ros2_control_samples import (
 )
 from topic_hardware_emulator import HardwareInterfaceError, TopicHardwareEmulator
 
-from rb_dynamics.model import URDFError, load_model
-from rb_dynamics.ros2_control import (
+from rb_dynamics.model import (
     CommandLayout,
+    URDFError,
     command_layout,
     joint_command_modes,
+    load_model,
     read_ros2_control,
 )
 

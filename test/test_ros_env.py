@@ -10,7 +10,7 @@ import pytest
 from ros_harness import control_node
 
 from rb_dynamics import DEFAULT_URDF
-from rb_dynamics.ros_env import keep_local, local_discovery, ros_distro
+from rb_dynamics.ros.environment import keep_local, local_discovery, ros_distro
 
 WARNING = "ROS_LOCALHOST_ONLY is deprecated"
 

@@ -19,10 +19,9 @@ from rcl_interfaces.srv import GetParameters
 from ros_harness import Session, control_node
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-from rb_dynamics import dynamics as D
-from rb_dynamics.backend import compile_dynamics
-from rb_dynamics.joints import JOINT_DIMENSIONS
-from rb_dynamics.model import Model, load_model
+from rb_dynamics.dynamics import compile_dynamics
+from rb_dynamics.dynamics import reference as D
+from rb_dynamics.model import JOINT_DIMENSIONS, Model, load_model
 from rb_dynamics.simulation import joint_losses, step
 from rb_dynamics_interfaces.srv import DynamicsTerms, ForwardDynamics, InverseDynamics, Simulate
 

@@ -17,16 +17,16 @@ from ros2_control_samples import (
 from topic_hardware_emulator import TopicHardwareEmulator
 
 from rb_dynamics import DEFAULT_URDF
-from rb_dynamics import dynamics as D
-from rb_dynamics.backend import ReferenceDynamics, compile_dynamics
-from rb_dynamics.model import load_model
-from rb_dynamics.ros2_control import (
+from rb_dynamics.dynamics import ReferenceDynamics, compile_dynamics
+from rb_dynamics.dynamics import reference as D
+from rb_dynamics.model import (
     COMMAND_FIELDS,
     JointCommand,
     command_layout,
+    load_model,
     read_ros2_control,
 )
-from rb_dynamics.servo import (
+from rb_dynamics.simulation import (
     DEFAULT_BANDWIDTH,
     JointDrives,
     ServoSimulator,

@@ -15,8 +15,8 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import SetBool, Trigger
 
-from rb_dynamics import dynamics as D
-from rb_dynamics.backend import compile_dynamics
+from rb_dynamics.dynamics import compile_dynamics
+from rb_dynamics.dynamics import reference as D
 from rb_dynamics.model import load_model
 from rb_dynamics.simulation import Simulator
 from rb_dynamics_interfaces.srv import SetState
@@ -175,7 +175,7 @@ def test_lock_step_sends_an_unanswered_state_again_and_steps_on_the_next_command
     """Lock-step: the command answering a state can be lost, or arrive while paused (it is then
     dropped); the simulator says the same state again every LOCKSTEP_RESEND_S rather than wait
     for lockstep_timeout, and a command still makes exactly one step."""
-    from rb_dynamics.sim_node import LOCKSTEP_RESEND_S
+    from rb_dynamics.ros.simulator_node.node import LOCKSTEP_RESEND_S
 
     sim = simulator(tmp_path, {
         "urdf_path": UR5, "initial_positions": Q0, "publish_rate": 200.0, "lockstep": True,

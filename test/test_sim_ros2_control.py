@@ -36,9 +36,8 @@ from topic_hardware_emulator import HardwareInterfaceError, TopicHardwareEmulato
 from trajectory_msgs.msg import JointTrajectory
 
 from rb_dynamics import DEFAULT_URDF
-from rb_dynamics.main_job import reference, reference_amplitude, reference_trajectory
-from rb_dynamics.model import load_model
-from rb_dynamics.ros2_control import read_ros2_control
+from rb_dynamics.demo.main_job import reference, reference_amplitude, reference_trajectory
+from rb_dynamics.model import load_model, read_ros2_control
 
 PANDA_READY = [0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785]
 FINGER = "panda_finger_joint1"
@@ -225,10 +224,10 @@ def _check_protocol_and_tracking(hardware, sim, start, duration, q0, amp, held_f
 def _panda_nodes(tmp_path: Path, urdf: Path, rate: float) -> tuple[Session, Session]:
     """The simulator in lock-step, a step per controller cycle (the loop is then the same
     whatever the machine's load), and our control node on its /clock; one peer."""
-    sim = Session("rb_dynamics.sim_node", tmp_path, {
+    sim = Session("rb_dynamics.ros.simulator_node", tmp_path, {
         "urdf_path": str(urdf), "lockstep": True, "time_step": 1.0 / rate,
         "publish_clock": True, "start_paused": True, "command_timeout": 0.1}, *REMAPS)
-    control = Session("rb_dynamics.node", tmp_path, {
+    control = Session("rb_dynamics.ros.control_node", tmp_path, {
         "urdf_path": str(urdf), "mode": "computed_torque", "joints": PANDA_ARM,
         "kp": [400.0], "kd": [40.0], "friction_compensation": True, "use_sim_time": True},
         "-r", "~/effort_commands:=/effort_controller/commands", peer=sim.peer)
@@ -276,7 +275,7 @@ def test_a_block_is_read_shown_at_start_and_its_interfaces_are_simulated(tmp_pat
     xml = with_blocks(robot_xml("ur5"), ur_block())
     path = tmp_path / "ur5_block.urdf"
     path.write_text(xml)
-    sim = Session("rb_dynamics.sim_node", tmp_path, {
+    sim = Session("rb_dynamics.ros.simulator_node", tmp_path, {
         "urdf_path": str(path), "publish_rate": 200.0, "start_paused": True,
         "publish_clock": True})  # states stamped in simulated time
     peer = sim.peer
@@ -321,7 +320,7 @@ def test_a_field_a_joint_does_not_take_is_refused_with_a_throttled_warning(tmp_p
                                                                            panda_xml):
     """(c) A velocity for the effort-only panda_joint1 and a position for it on ~/commands'
     finger slot: refused, warned about once per 2 s, naming the joint; the rest applies."""
-    sim = Session("rb_dynamics.sim_node", tmp_path, {
+    sim = Session("rb_dynamics.ros.simulator_node", tmp_path, {
         "urdf_path": str(panda_xml), "publish_rate": 200.0, "start_paused": True}, *REMAPS)
     peer = sim.peer
     states: list[JointState] = []
@@ -360,7 +359,7 @@ def test_a_command_flood_does_not_starve_the_joint_states(tmp_path, lockstep):
     """(d) Issue 15, item 12: a peer publishing ~/commands as fast as it can; joint_states keep
     (free-running) their rate, or (lock-step) at least it: every command is a step."""
     rate = 250.0
-    sim = Session("rb_dynamics.sim_node", tmp_path, {
+    sim = Session("rb_dynamics.ros.simulator_node", tmp_path, {
         "urdf_path": str(DEFAULT_URDF), "publish_rate": rate, "lockstep": lockstep,
         "lockstep_timeout": 0.1})
     peer = sim.peer
@@ -405,6 +404,6 @@ def test_a_block_naming_a_joint_the_model_lacks_stops_the_simulator_with_its_nam
     xml = with_blocks(robot_xml("panda"), panda_block(joints=[*PANDA_ARM, "panda_joint8"]))
     path = tmp_path / "panda_bad_block.urdf"
     path.write_text(xml)
-    output = refused_start("rb_dynamics.sim_node", tmp_path, {"urdf_path": str(path)})
+    output = refused_start("rb_dynamics.ros.simulator_node", tmp_path, {"urdf_path": str(path)})
     assert "cannot run: <ros2_control name='panda'> joint 'panda_joint8' is not a movable " \
            "joint of model" in output, output

@@ -11,8 +11,6 @@ import pytest
 from pin_oracle import REAL_ROBOTS, Oracle, random_state, rel_err, robots_dir
 from urdf_samples import kitchen_sink_urdf
 
-from rb_dynamics import dynamics as D
-from rb_dynamics.backend import ReferenceDynamics
 from rb_dynamics.control import (
     ControlLaw,
     TrajectoryError,
@@ -22,6 +20,8 @@ from rb_dynamics.control import (
     position_error,
     wrap_angle,
 )
+from rb_dynamics.dynamics import ReferenceDynamics
+from rb_dynamics.dynamics import reference as D
 from rb_dynamics.model import load_model
 from rb_dynamics.simulation import integrate, step
 

@@ -12,8 +12,8 @@ import pinocchio as pin
 import pytest
 from pin_oracle import REAL_ROBOTS, robots_dir
 
-from rb_dynamics import dynamics as D
-from rb_dynamics.backend import compile_dynamics
+from rb_dynamics.dynamics import compile_dynamics
+from rb_dynamics.dynamics import reference as D
 from rb_dynamics.model import load_model
 from rb_dynamics.simulation import step
 

@@ -26,9 +26,11 @@ from std_srvs.srv import SetBool
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from rb_dynamics import DEFAULT_URDF
-from rb_dynamics.main_job import initial_configuration as _start_pose  # a bent pose in the limits
+from rb_dynamics.demo.main_job import (
+    initial_configuration as _start_pose,  # a bent pose in the limits
+)
 from rb_dynamics.model import load_model
-from rb_dynamics.trajectory_action import MISSING
+from rb_dynamics.ros.control_node.trajectory_action import MISSING
 
 pytestmark = pytest.mark.skipif(MISSING is not None, reason=str(MISSING))
 if MISSING is None:
@@ -77,14 +79,14 @@ class ClosedLoop:
                         for n in self.joints]
         q0 = _start_pose(self.model)
         # kept for the module (``rigs``), under the nodes' own names
-        self.sim = Session("rb_dynamics.sim_node", tmp, {
+        self.sim = Session("rb_dynamics.ros.simulator_node", tmp, {
             "urdf_path": str(urdf), "initial_positions": q0[self.q_index].tolist(),
             "publish_rate": 1000.0, "time_step": 0.001, "publish_clock": True,
             "command_timeout": 0.2, "start_paused": True, "lockstep": True,
             # a loaded machine may starve the control node for a while: the simulator waits
             # for its command rather than going on without it
             "lockstep_timeout": 60.0}, shared=True)
-        self.node = Session("rb_dynamics.node", tmp, {
+        self.node = Session("rb_dynamics.ros.control_node", tmp, {
             "urdf_path": str(urdf), "mode": "computed_torque", "kp": [KP], "kd": [KD],
             "friction_compensation": True, "state_timeout": 0.1, "use_sim_time": True},
             "-r", "~/effort_commands:=/rb_simulator/commands", peer=self.sim.peer, shared=True)

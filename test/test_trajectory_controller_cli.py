@@ -22,7 +22,7 @@ from std_msgs.msg import Float64MultiArray
 
 from rb_dynamics import DEFAULT_URDF
 from rb_dynamics.model import load_model
-from rb_dynamics.trajectory_action import MISSING
+from rb_dynamics.ros.control_node.trajectory_action import MISSING
 
 pytestmark = [
     pytest.mark.skipif(ros_tools.MISSING is not None, reason=str(ros_tools.MISSING)),
@@ -125,7 +125,7 @@ def test_lifecycle_as_in_the_docs_stops_efforts_and_aborts_the_goal(tmp_path):
     get, = doc_commands("ros2 lifecycle get")
     deactivate, activate = doc_commands("ros2 lifecycle set")
     assert deactivate.endswith(" deactivate") and activate.endswith(" activate")
-    node = Session("rb_dynamics.node", tmp_path, {
+    node = Session("rb_dynamics.ros.control_node", tmp_path, {
         "urdf_path": str(DEFAULT_URDF), "mode": "computed_torque", "state_timeout": 1.0})
     driver = Driver(node)
     try:
@@ -161,7 +161,7 @@ def test_lifecycle_as_in_the_docs_stops_efforts_and_aborts_the_goal(tmp_path):
 
 def test_without_autostart_the_node_waits_unconfigured(tmp_path):
     get, = doc_commands("ros2 lifecycle get")
-    node = Session("rb_dynamics.node", tmp_path, {
+    node = Session("rb_dynamics.ros.control_node", tmp_path, {
         "urdf_path": str(DEFAULT_URDF), "autostart": False, "state_timeout": 1.0})
     driver = Driver(node)
     try:
@@ -187,8 +187,8 @@ def test_param_set_and_send_goal_as_in_the_docs(tmp_path):
     arguments = shlex.split(run.replace("\\\n", " ").replace(
         "$(ros2 pkg prefix rb_dynamics)/share/rb_dynamics/urdf/default_arm.urdf",
         str(DEFAULT_URDF)))
-    sim = Session("rb_dynamics.sim_node", tmp_path)
-    node = Session("rb_dynamics.node", tmp_path, None,
+    sim = Session("rb_dynamics.ros.simulator_node", tmp_path)
+    node = Session("rb_dynamics.ros.control_node", tmp_path, None,
                    *arguments[arguments.index("--ros-args") + 1:], peer=sim.peer)
     peer = sim.peer
     states: list[JointState] = []

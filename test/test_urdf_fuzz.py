@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 from pin_oracle import REAL_ROBOTS, robots_dir
 from urdf_samples import kitchen_sink_urdf
 
-from rb_dynamics import dynamics as D
-from rb_dynamics.backend import compile_dynamics
+from rb_dynamics.dynamics import compile_dynamics
+from rb_dynamics.dynamics import reference as D
 from rb_dynamics.model import URDFError, load_model
 
 SOURCES = [kitchen_sink_urdf(), Path(robots_dir(), REAL_ROBOTS["ur5"][0]).read_text()]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 
-from rb_dynamics.ros2_control import COMMAND_FIELDS, HardwareSystem
+from rb_dynamics.model import COMMAND_FIELDS, HardwareSystem
 
 
 class HardwareInterfaceError(RuntimeError):

@@ -1,0 +1,367 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Efforts along a joint trajectory, and whether the motors can follow it.
+
+``trajectory_efforts`` fills a trajectory's efforts by batched inverse dynamics;
+``feasibility_report`` checks positions, velocities and efforts against the URDF limits at the
+points and between them.
+
+The motion between the points is the spline the controller follows (``control._segment``,
+ros2_controllers' joint trajectory controller): quintic when the points carry positions,
+velocities and accelerations, cubic with positions and velocities, linear with positions
+only, starting at the first point (the arm is taken to be there at ``times[0]``). Where the
+points lack velocities or accelerations, the state at a point is what the controller samples
+at that instant: the start of the segment that leaves it, and at the last point the hold
+(velocity and acceleration 0 unless given). Between the points each segment is sampled at
+``samples_per_segment`` evenly spaced instants after its start, the last one at its end (the
+value just before the next point, where cubic accelerations and linear velocities jump).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rb_dynamics.dynamics import Payload, PayloadEffort
+from rb_dynamics.dynamics import reference as dynamics
+from rb_dynamics.model import Model, finite_array
+
+from .controller import MAX_TRAJECTORY_POINTS, _segment
+
+__all__ = [
+    "DEFAULT_SAMPLES_PER_SEGMENT",
+    "MAX_CHECKED_STATES",
+    "MAX_SAMPLES_PER_SEGMENT",
+    "FeasibilityReport",
+    "Violation",
+    "feasibility_report",
+    "trajectory_efforts",
+]
+
+DEFAULT_SAMPLES_PER_SEGMENT = 10
+MAX_SAMPLES_PER_SEGMENT = 1000
+MAX_CHECKED_STATES = 2_000_000  # points plus grid samples in one report
+_CHUNK_SEGMENTS = 256  # segments per batched dynamics call: bounded memory on long trajectories
+KINDS = ("position", "velocity", "effort")
+
+
+@dataclass(frozen=True)
+class Violation:
+    """The first instant a joint leaves one of its limits."""
+
+    kind: str  # "position", "velocity" or "effort"
+    joint: str
+    time: float
+    point: int  # index of the point, or of the point the segment leads to when between
+    between: bool  # True when strictly between ``point − 1`` and ``point``; False at ``point``
+    # (at a point's time: its sampled state, or the segment's end just before, whichever is over)
+    value: float  # position (rad or m), velocity or effort there
+    limit: float  # the limit it passes (the bound crossed, for positions)
+
+    def __str__(self) -> str:
+        where = (f"between points {self.point - 1} and {self.point}" if self.between
+                 else f"at point {self.point}")
+        return (f"{self.kind} limit of {self.joint} exceeded {where} (t = {self.time:.6g} s): "
+                f"{self.value:.6g} against {self.limit:.6g}")
+
+
+@dataclass
+class FeasibilityReport:
+    """Per joint: the largest |τ|/effort limit and |q̇|/velocity limit anywhere along the
+    trajectory (0 for joints without a limit), and how far it goes past a position limit."""
+
+    joint_names: list[str]
+    effort_ratio: np.ndarray
+    velocity_ratio: np.ndarray
+    position_excess: np.ndarray  # rad or m beyond [lower, upper]; 0 inside
+    violations: list[Violation]  # the first of each (joint, kind), in time order
+    efforts: np.ndarray  # (N, nv) at the points, as checked
+    samples_per_segment: int
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def feasible(self) -> bool:
+        return not self.violations
+
+    @property
+    def first_violation(self) -> Violation | None:
+        return self.violations[0] if self.violations else None
+
+    def summary(self) -> str:
+        lines = [f"{'joint':<24} {'max |τ|/limit':>14} {'max |q̇|/limit':>14} "
+                 f"{'beyond position limit':>22}"]
+        for k, name in enumerate(self.joint_names):
+            lines.append(f"{name:<24} {self.effort_ratio[k]:>14.3f} "
+                         f"{self.velocity_ratio[k]:>14.3f} {self.position_excess[k]:>22.4g}")
+        lines.append("feasible" if self.feasible else f"NOT feasible: {self.first_violation}")
+        return "\n".join(lines + self.notes)
+
+
+# ----------------------------------------------------------------------------- inputs
+
+
+def _dynamics(model_or_backend):
+    """(model, rnea(q, v, a)): the reference for a Model, else the backend's batched kernel."""
+    if isinstance(model_or_backend, Model):
+        model = model_or_backend
+        return model, lambda q, v, a: dynamics.rnea(model, q, v, a)
+    model = getattr(model_or_backend, "model", None)
+    if not isinstance(model, Model) or not callable(getattr(model_or_backend, "rnea", None)):
+        raise ValueError("model_or_backend must be a Model or a dynamics backend (with .model "
+                         f"and .rnea), got {type(model_or_backend).__name__}")
+    return model, model_or_backend.rnea
+
+
+def _check_model(model: Model) -> None:
+    if model.floating_base or any(k not in ("revolute", "prismatic") for k in model.joint_kinds):
+        raise ValueError("trajectories are for fixed-base models whose joints are revolute or "
+                         f"prismatic; this one has {sorted(set(model.joint_kinds))} joints")
+
+
+def _array(x, shape: tuple[int, ...], name: str) -> np.ndarray:
+    return finite_array(x, name, shape)
+
+
+def _trajectory(model: Model, times, positions, velocities, accelerations):
+    """Checked (t, q, q̇ or None, q̈ or None); times strictly increasing."""
+    _check_model(model)
+    try:
+        n = len(times)
+    except TypeError:
+        raise ValueError("times must be a sequence of numbers") from None
+    if not 1 <= n <= MAX_TRAJECTORY_POINTS:
+        raise ValueError(f"a trajectory needs 1 to {MAX_TRAJECTORY_POINTS} points, got {n}")
+    t = _array(times, (n,), "times")
+    steps = np.diff(t)
+    if np.any(steps <= 0):
+        k = int(np.argmax(steps <= 0)) + 1
+        raise ValueError(f"times: point {k} ({t[k]:g} s) is not after point {k - 1} "
+                         f"({t[k - 1]:g} s)")
+    shape = (n, model.nv)
+    q = _array(positions, shape, "positions")
+    v = None if velocities is None else _array(velocities, shape, "velocities")
+    a = None if accelerations is None else _array(accelerations, shape, "accelerations")
+    return t, q, v, a
+
+
+# ----------------------------------------------------------------------------- the spline
+
+
+def _row(x, k):
+    return None if x is None else x[k]
+
+
+def _point_states(t, q, v, a):
+    """(q, q̇, q̈) at each point: given values, else what the controller samples there."""
+    n = len(t)
+    vel = np.zeros_like(q) if v is None else v.copy()
+    acc = np.zeros_like(q) if a is None else a.copy()
+    if v is None or a is None:
+        for k in range(n - 1):  # the last point is held: zero unless given
+            _, v_k, a_k = _segment(0.0, t[k + 1] - t[k], q[k], _row(v, k), _row(a, k),
+                                   q[k + 1], _row(v, k + 1), _row(a, k + 1))
+            if v is None:
+                vel[k] = v_k
+            if a is None:
+                acc[k] = a_k
+    return q, vel, acc
+
+
+def _grid_states(t, q, v, a, segments: range, samples: int):
+    """Times, (q, q̇, q̈) and the segment index of the grid samples of ``segments``."""
+    if not segments:
+        empty = np.empty((0, q.shape[1]))
+        return np.empty(0), empty, empty, empty, np.empty(0, dtype=int)
+    fractions = np.arange(1, samples + 1)[:, None] / samples
+    times, qs, vs, accs, owner = [], [], [], [], []
+    for k in segments:
+        T = t[k + 1] - t[k]
+        local = fractions * T
+        p_k, v_k, a_k = _segment(local, T, q[k], _row(v, k), _row(a, k),
+                                 q[k + 1], _row(v, k + 1), _row(a, k + 1))
+        shape = (samples, q.shape[1])
+        times.append(t[k] + local[:, 0])
+        qs.append(np.broadcast_to(p_k, shape))
+        vs.append(np.broadcast_to(v_k, shape))
+        accs.append(np.broadcast_to(a_k, shape))
+        owner.append(np.full(samples, k))
+    return (np.concatenate(times), np.concatenate(qs), np.concatenate(vs),
+            np.concatenate(accs), np.concatenate(owner))
+
+
+def _interleave(at_points: np.ndarray, on_grid: np.ndarray, samples: int) -> np.ndarray:
+    """Time order: point k, then the samples of segment k (the last at t_{k+1}, just before
+    point k + 1)."""
+    n_points, n_segments = len(at_points), len(on_grid) // samples
+    out = np.empty((n_points + len(on_grid),) + at_points.shape[1:], dtype=at_points.dtype)
+    stride = samples + 1
+    out[np.arange(n_points) * stride] = at_points
+    out[(np.arange(n_segments)[:, None] * stride + 1 + np.arange(samples)).ravel()] = on_grid
+    return out
+
+
+def _efforts(rnea, payload_effort, q, v, a) -> np.ndarray:
+    tau = np.asarray(rnea(q, v, a), dtype=float)
+    if payload_effort is not None:
+        tau = tau + payload_effort.effort(q, v, a)
+    return tau
+
+
+def _payload_effort(model: Model, payload: Payload | None):
+    return None if payload is None else PayloadEffort(model, payload)
+
+
+def trajectory_efforts(
+    model_or_backend,
+    times,
+    positions,
+    velocities=None,
+    accelerations=None,
+    payload: Payload | None = None,
+) -> np.ndarray:
+    """Efforts (N, nv) at the trajectory's points by inverse dynamics (with the payload if
+    given). Missing velocities or accelerations come from the controller's spline (module
+    docstring). ``model_or_backend``: a Model (reference RNEA) or a backend such as
+    ``backend.compile_dynamics(model)`` (its batched kernels)."""
+    model, rnea = _dynamics(model_or_backend)
+    t, q, v, a = _trajectory(model, times, positions, velocities, accelerations)
+    q, vel, acc = _point_states(t, q, v, a)
+    payload_effort = _payload_effort(model, payload)
+    chunk = _CHUNK_SEGMENTS * DEFAULT_SAMPLES_PER_SEGMENT
+    return np.concatenate([
+        _efforts(rnea, payload_effort, q[s:s + chunk], vel[s:s + chunk], acc[s:s + chunk])
+        for s in range(0, len(t), chunk)
+    ])
+
+
+# ----------------------------------------------------------------------------- the report
+
+
+class _Tracker:
+    """Running maxima and the first violation of each (joint, kind) over time-ordered states."""
+
+    def __init__(self, model: Model):
+        self.model = model
+        self.names = [model.joint_names[model.joint_v_index.index(i)] for i in range(model.nv)]
+        self.effort_limit = np.where(model.effort_limit > 0, model.effort_limit, np.inf)
+        self.velocity_limit = np.where(model.velocity_limit > 0, model.velocity_limit, np.inf)
+        self.effort_ratio = np.zeros(model.nv)
+        self.velocity_ratio = np.zeros(model.nv)
+        self.position_excess = np.zeros(model.nv)
+        self.first: dict[tuple[str, int], Violation] = {}
+
+    def add(self, times, points, between, q, v, tau) -> None:
+        lower, upper = self.model.position_lower, self.model.position_upper
+        excess = np.maximum(lower - q, q - upper)
+        effort = np.abs(tau) / self.effort_limit
+        velocity = np.abs(v) / self.velocity_limit
+        self.position_excess = np.maximum(self.position_excess, np.maximum(excess, 0).max(0))
+        self.effort_ratio = np.maximum(self.effort_ratio, effort.max(0))
+        self.velocity_ratio = np.maximum(self.velocity_ratio, velocity.max(0))
+        checks = {
+            "position": (excess > 1e-9, q, np.where(q < lower, lower, upper)),
+            "velocity": (velocity > 1.0, v, np.broadcast_to(self.velocity_limit, v.shape)),
+            "effort": (effort > 1.0, tau, np.broadcast_to(self.effort_limit, tau.shape)),
+        }
+        for kind, (over, value, limit) in checks.items():
+            for j in np.flatnonzero(over.any(axis=0)):
+                if (kind, j) in self.first:
+                    continue
+                s = int(np.argmax(over[:, j]))  # the first state in time order
+                self.first[(kind, j)] = Violation(
+                    kind, self.names[j], float(times[s]), int(points[s]), bool(between[s]),
+                    float(value[s, j]), float(limit[s, j]),
+                )
+
+    def violations(self) -> list[Violation]:
+        return sorted(self.first.values(),
+                      key=lambda x: (x.time, x.point, not x.between, KINDS.index(x.kind)))
+
+
+def _notes(model: Model, v, a) -> list[str]:
+    notes = []
+    if v is None:
+        notes.append("positions only: the controller interpolates linearly, so velocities "
+                     "jump at the points and the accelerations there (unbounded) are not in "
+                     "the efforts")
+    elif a is None:
+        notes.append("no accelerations: cubic spline, whose accelerations jump at the points "
+                     "(both sides are checked)")
+    for kind, limits in (("effort", model.effort_limit), ("velocity", model.velocity_limit)):
+        free = [n for n, vi in zip(model.joint_names, model.joint_v_index)
+                if not (0 < limits[vi] < math.inf)]
+        if free:
+            notes.append(f"no {kind} limit in the URDF for {free}: not checked")
+    return notes
+
+
+def _check_along(tracker: _Tracker, rnea, payload_effort, trajectory, at_points,
+                 samples: int) -> None:
+    """Feed the tracker the points and the grid, chunk by chunk of segments, in time order."""
+    t, q, v, a = trajectory
+    q_pts, v_pts, tau_pts = at_points
+    n = len(t)
+    for start in range(0, n, _CHUNK_SEGMENTS):
+        points = range(start, min(start + _CHUNK_SEGMENTS, n))
+        tg, qg, vg, ag, owner = _grid_states(t, q, v, a, range(start, min(points.stop, n - 1)),
+                                             samples)
+        tau_g = _efforts(rnea, payload_effort, qg, vg, ag) if len(tg) else qg
+        pts = slice(points.start, points.stop)
+        # a segment's last sample is at the next point's time: it counts as at that point
+        inside = np.tile(np.arange(1, samples + 1) < samples, len(tg) // samples)
+
+        def ordered(at_point, on_grid):
+            return _interleave(at_point, on_grid, samples)
+
+        tracker.add(
+            ordered(t[pts], tg),
+            ordered(np.asarray(points), owner + 1),
+            ordered(np.zeros(len(points), bool), inside),
+            ordered(q_pts[pts], qg),
+            ordered(v_pts[pts], vg),
+            ordered(tau_pts[pts], tau_g),
+        )
+
+
+def feasibility_report(
+    model_or_backend,
+    times,
+    positions,
+    velocities=None,
+    accelerations=None,
+    payload: Payload | None = None,
+    *,
+    efforts=None,
+    samples_per_segment: int = DEFAULT_SAMPLES_PER_SEGMENT,
+) -> FeasibilityReport:
+    """Positions, velocities and efforts against the URDF limits, at the points and on
+    ``samples_per_segment`` instants of every segment (module docstring). ``efforts`` (N, nv),
+    if given, replace the computed efforts at the points (e.g. from a planner)."""
+    model, rnea = _dynamics(model_or_backend)
+    t, q, v, a = _trajectory(model, times, positions, velocities, accelerations)
+    if not (isinstance(samples_per_segment, int | np.integer)
+            and 1 <= samples_per_segment <= MAX_SAMPLES_PER_SEGMENT):
+        raise ValueError(f"samples_per_segment must be an integer in [1, "
+                         f"{MAX_SAMPLES_PER_SEGMENT}], got {samples_per_segment!r}")
+    n = len(t)
+    if n + (n - 1) * samples_per_segment > MAX_CHECKED_STATES:
+        raise ValueError(f"{n} points × {samples_per_segment} samples per segment exceed "
+                         f"{MAX_CHECKED_STATES} checked states; lower samples_per_segment")
+    q_pts, v_pts, a_pts = _point_states(t, q, v, a)
+    payload_effort = _payload_effort(model, payload)
+    tau_pts = (_array(efforts, q.shape, "efforts") if efforts is not None
+               else trajectory_efforts(model_or_backend, t, q_pts, v_pts, a_pts, payload))
+    tracker = _Tracker(model)
+    _check_along(tracker, rnea, payload_effort, (t, q, v, a), (q_pts, v_pts, tau_pts),
+                 samples_per_segment)
+    return FeasibilityReport(
+        joint_names=tracker.names,
+        effort_ratio=tracker.effort_ratio,
+        velocity_ratio=tracker.velocity_ratio,
+        position_excess=tracker.position_excess,
+        violations=tracker.violations(),
+        efforts=tau_pts,
+        samples_per_segment=int(samples_per_segment),
+        notes=_notes(model, v, a),
+    )

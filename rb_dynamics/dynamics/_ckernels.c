@@ -1,0 +1,727 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * rb_dynamics.dynamics._ckernels: the fixed trampoline between Python and per-model C kernels.
+ *
+ * The kernels themselves are generated per model (rb_dynamics/codegen_c.py), compiled into a
+ * shared library and loaded by rb_dynamics/kernel_cache.py, which hands their addresses to
+ * Kernels.__init__. This file never changes with the model: it validates the inputs exactly
+ * like the Python kernels (same ValueError messages, same order of checks), allocates the
+ * result, calls the kernel and refuses a non-finite result. ctypes or cffi on the call path
+ * would cost more than the kernels themselves; a METH_FASTCALL method costs ~0.1 µs.
+ *
+ * Per-model library ABI (RB_KERNEL_ABI; codegen_c.ABI must match):
+ *   void rb_<kernel>(const double *const *in, double *out);
+ *   void rb_<kernel>_n(long n, const double *const *in, const long *stride, double *out);
+ * in[j] points at input j (one state, or row 0 of a batch); stride[j] is the distance in
+ * doubles between the rows of input j (0: one state broadcast over the batch); out holds the
+ * n results one after the other.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#include <numpy/arrayobject.h>
+
+#include <math.h>
+
+#define RB_KERNEL_ABI 1
+#define N_KERNELS 5 /* rnea, gravity, nle, crba, aba: the order of the methods below */
+#define MAX_IN 3
+
+typedef void (*one_fn)(const double *const *in, double *out);
+typedef void (*batch_fn)(long n, const double *const *in, const long *stride, double *out);
+
+typedef struct {
+    one_fn one; /* NULL when the kernel is undefined for the model (see undefined) */
+    batch_fn batch;
+    int n_in;
+    Py_ssize_t size[MAX_IN];
+    PyObject *names[MAX_IN + 1]; /* argument names; names[n_in] = "f_ext" when accepted */
+    int out_ndim;                /* 1: (nv,)   2: (nv, nv) */
+    Py_ssize_t out_n;            /* nv */
+    PyObject *undefined;         /* ValueError message when there is no kernel, or NULL */
+    PyObject *nonfinite;         /* ValueError message for a non-finite result */
+    PyObject *fallback;          /* method called with f_ext (reference dynamics), or NULL */
+} Kernel;
+
+typedef struct {
+    PyObject_HEAD
+    int ready;
+    Kernel k[N_KERNELS];
+} KernelsObject;
+
+static void kernels_clear(KernelsObject *self)
+{
+    self->ready = 0;
+    for (int i = 0; i < N_KERNELS; i++) {
+        Kernel *k = &self->k[i];
+        for (int j = 0; j <= MAX_IN; j++)
+            Py_CLEAR(k->names[j]);
+        Py_CLEAR(k->undefined);
+        Py_CLEAR(k->nonfinite);
+        Py_CLEAR(k->fallback);
+        memset(k, 0, sizeof(*k));
+    }
+}
+
+static void kernels_dealloc(KernelsObject *self)
+{
+    kernels_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* One spec: (one, batch, names, sizes, out_ndim, out_n, undefined, nonfinite, fallback). */
+static int bind_kernel(Kernel *k, PyObject *spec)
+{
+    PyObject *one, *batch, *names, *sizes, *undefined, *nonfinite, *fallback;
+    if (!PyArg_ParseTuple(spec, "OOO!O!inOUO", &one, &batch, &PyTuple_Type, &names,
+                          &PyTuple_Type, &sizes, &k->out_ndim, &k->out_n, &undefined,
+                          &nonfinite, &fallback))
+        return -1;
+    Py_ssize_t n_in = PyTuple_GET_SIZE(sizes);
+    if (n_in < 1 || n_in > MAX_IN || PyTuple_GET_SIZE(names) != n_in + (fallback != Py_None) ||
+        k->out_ndim < 1 || k->out_ndim > 2 || k->out_n < 0) {
+        PyErr_SetString(PyExc_ValueError, "malformed kernel spec");
+        return -1;
+    }
+    k->n_in = (int)n_in;
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(names); j++) {
+        k->names[j] = Py_NewRef(PyTuple_GET_ITEM(names, j));
+        if (!PyUnicode_Check(k->names[j])) {
+            PyErr_SetString(PyExc_TypeError, "argument names must be str");
+            return -1;
+        }
+    }
+    for (int j = 0; j < k->n_in; j++) {
+        k->size[j] = PyLong_AsSsize_t(PyTuple_GET_ITEM(sizes, j));
+        if (k->size[j] < 0)
+            return PyErr_Occurred() ? -1 : (PyErr_SetString(PyExc_ValueError, "size < 0"), -1);
+    }
+    k->one = (one_fn)(one == Py_None ? NULL : PyLong_AsVoidPtr(one));
+    k->batch = (batch_fn)(batch == Py_None ? NULL : PyLong_AsVoidPtr(batch));
+    if (PyErr_Occurred())
+        return -1;
+    if ((k->one == NULL) != (undefined != Py_None) || (k->one == NULL) != (k->batch == NULL)) {
+        PyErr_SetString(PyExc_ValueError, "a kernel needs both entry points or a message");
+        return -1;
+    }
+    k->undefined = undefined == Py_None ? NULL : Py_NewRef(undefined);
+    k->nonfinite = Py_NewRef(nonfinite);
+    k->fallback = fallback == Py_None ? NULL : Py_NewRef(fallback);
+    return 0;
+}
+
+/* Kernels(specs): specs is a tuple of N_KERNELS specs. The addresses must come from a loaded
+ * library that stays loaded as long as this object lives (kernel_cache keeps it). */
+static int kernels_init(KernelsObject *self, PyObject *args, PyObject *kwds)
+{
+    PyObject *specs;
+    if (kwds && PyDict_GET_SIZE(kwds)) {
+        PyErr_SetString(PyExc_TypeError, "Kernels() takes no keyword arguments");
+        return -1;
+    }
+    if (!PyArg_ParseTuple(args, "O!", &PyTuple_Type, &specs))
+        return -1;
+    kernels_clear(self);
+    if (PyTuple_GET_SIZE(specs) != N_KERNELS) {
+        PyErr_Format(PyExc_ValueError, "expected %d kernel specs", N_KERNELS);
+        return -1;
+    }
+    for (int i = 0; i < N_KERNELS; i++)
+        if (bind_kernel(&self->k[i], PyTuple_GET_ITEM(specs, i)) < 0) {
+            kernels_clear(self);
+            return -1;
+        }
+    self->ready = 1;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- argument checks */
+
+static int all_finite(const double *x, Py_ssize_t n)
+{
+    /* a sum is the cheap test (NaN and inf propagate); only an overflowing sum of finite
+     * values needs a second look, as in codegen._all_finite */
+    double s = 0.0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        s += x[i];
+    if (isfinite(s))
+        return 1;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return 0;
+    return 1;
+}
+
+/* An input as a C-contiguous float64 array of shape (n,) or (N, n), or NULL with the same
+ * ValueError as codegen._check_single / dynamics.check_vector. */
+static PyArrayObject *as_input(PyObject *obj, PyObject *name, Py_ssize_t n)
+{
+    PyArrayObject *arr;
+    if (PyArray_Check(obj) && PyArray_TYPE((PyArrayObject *)obj) == NPY_DOUBLE &&
+        PyArray_ISCARRAY_RO((PyArrayObject *)obj)) {
+        arr = (PyArrayObject *)Py_NewRef(obj);
+    }
+    else {
+        /* FORCECAST: the same conversion as np.asarray(x, dtype=float) */
+        arr = (PyArrayObject *)PyArray_FromAny(obj, PyArray_DescrFromType(NPY_DOUBLE), 0, 0,
+                                               NPY_ARRAY_CARRAY_RO | NPY_ARRAY_FORCECAST, NULL);
+        if (arr == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_TypeError) &&
+                !PyErr_ExceptionMatches(PyExc_ValueError))
+                return NULL;
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "%U must be an array of numbers", name);
+            return NULL;
+        }
+    }
+    int nd = PyArray_NDIM(arr);
+    if ((nd == 1 || nd == 2) && PyArray_DIM(arr, nd - 1) == n)
+        return arr;
+    PyObject *shape = PyTuple_New(nd);
+    for (int d = 0; shape && d < nd; d++)
+        PyTuple_SET_ITEM(shape, d, PyLong_FromSsize_t(PyArray_DIM(arr, d)));
+    if (shape)
+        PyErr_Format(PyExc_ValueError, "%U must have length %zd (or shape (N, %zd)), got shape %R",
+                     name, n, n, shape);
+    Py_XDECREF(shape);
+    Py_DECREF(arr);
+    return NULL;
+}
+
+static int check_finite(PyArrayObject *arr, PyObject *name)
+{
+    if (all_finite((const double *)PyArray_DATA(arr), PyArray_SIZE(arr)))
+        return 0;
+    PyErr_Format(PyExc_ValueError, "%U contains NaN or inf", name);
+    return -1;
+}
+
+/* Positional and keyword arguments into slots[0..n_params), like a Python signature. */
+static int parse_args(Kernel *k, const char *func, PyObject *const *args, Py_ssize_t nargs,
+                      PyObject *kwnames, PyObject **slots)
+{
+    int n_params = k->n_in + (k->fallback != NULL);
+    if (nargs > n_params) {
+        PyErr_Format(PyExc_TypeError, "%s() takes at most %d arguments (%zd given)", func,
+                     n_params, nargs);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < nargs; i++)
+        slots[i] = args[i];
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        PyObject *kw = PyTuple_GET_ITEM(kwnames, i);
+        int j = 0;
+        while (j < n_params && PyUnicode_Compare(kw, k->names[j]) != 0)
+            j++;
+        if (j == n_params) {
+            PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument %R", func, kw);
+            return -1;
+        }
+        if (slots[j] != NULL) {
+            PyErr_Format(PyExc_TypeError, "%s() got multiple values for argument %R", func, kw);
+            return -1;
+        }
+        slots[j] = args[nargs + i];
+    }
+    for (int j = 0; j < k->n_in; j++)
+        if (slots[j] == NULL) {
+            PyErr_Format(PyExc_TypeError, "%s() missing required argument %R", func,
+                         k->names[j]);
+            return -1;
+        }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- the call */
+
+static PyObject *run_batch(Kernel *k, PyArrayObject **in)
+{
+    npy_intp N = -1;
+    for (int j = 0; j < k->n_in; j++)
+        if (PyArray_NDIM(in[j]) == 2 && check_finite(in[j], k->names[j]) < 0)
+            return NULL;
+    for (int j = 0; j < k->n_in; j++)
+        if (PyArray_NDIM(in[j]) == 2 && PyArray_DIM(in[j], 0) > N)
+            N = PyArray_DIM(in[j], 0);
+    const double *ptr[MAX_IN];
+    long stride[MAX_IN];
+    for (int j = 0; j < k->n_in; j++) {
+        if (PyArray_NDIM(in[j]) == 2 && PyArray_DIM(in[j], 0) != N) {
+            PyErr_Format(PyExc_ValueError, "%U has %zd rows, expected %zd", k->names[j],
+                         (Py_ssize_t)PyArray_DIM(in[j], 0), (Py_ssize_t)N);
+            return NULL;
+        }
+        ptr[j] = (const double *)PyArray_DATA(in[j]);
+        stride[j] = PyArray_NDIM(in[j]) == 2 ? (long)k->size[j] : 0;
+    }
+    npy_intp dims[3] = {N, k->out_n, k->out_n};
+    PyArrayObject *out = (PyArrayObject *)PyArray_SimpleNew(k->out_ndim + 1, dims, NPY_DOUBLE);
+    if (out == NULL)
+        return NULL;
+    double *o = (double *)PyArray_DATA(out);
+    int finite;
+    /* the inputs are referenced by the caller's frame; the kernels touch no Python object */
+    Py_BEGIN_ALLOW_THREADS
+    k->batch((long)N, ptr, stride, o);
+    finite = all_finite(o, PyArray_SIZE(out));
+    Py_END_ALLOW_THREADS
+    if (!finite) {
+        Py_DECREF(out);
+        PyErr_SetObject(PyExc_ValueError, k->nonfinite);
+        return NULL;
+    }
+    return (PyObject *)out;
+}
+
+static PyObject *run(Kernel *k, PyArrayObject **in)
+{
+    int batched = 0;
+    for (int j = 0; j < k->n_in; j++)
+        batched |= PyArray_NDIM(in[j]) == 2;
+    if (batched)
+        return run_batch(k, in);
+    const double *ptr[MAX_IN];
+    for (int j = 0; j < k->n_in; j++)
+        ptr[j] = (const double *)PyArray_DATA(in[j]);
+    npy_intp dims[2] = {k->out_n, k->out_n};
+    PyArrayObject *out = (PyArrayObject *)PyArray_SimpleNew(k->out_ndim, dims, NPY_DOUBLE);
+    if (out == NULL)
+        return NULL;
+    k->one(ptr, (double *)PyArray_DATA(out));
+    if (!all_finite((const double *)PyArray_DATA(out), PyArray_SIZE(out))) {
+        Py_DECREF(out);
+        PyErr_SetObject(PyExc_ValueError, k->nonfinite);
+        return NULL;
+    }
+    return (PyObject *)out;
+}
+
+static PyObject *call(PyObject *op, int which, const char *func, PyObject *const *args,
+                      Py_ssize_t nargs, PyObject *kwnames)
+{
+    KernelsObject *self = (KernelsObject *)op;
+    if (!self->ready) {
+        PyErr_SetString(PyExc_RuntimeError, "Kernels object is not initialised");
+        return NULL;
+    }
+    Kernel *k = &self->k[which];
+    PyObject *slots[MAX_IN + 1] = {NULL};
+    if (parse_args(k, func, args, nargs, kwnames, slots) < 0)
+        return NULL;
+    if (k->undefined) {
+        PyErr_SetObject(PyExc_ValueError, k->undefined);
+        return NULL;
+    }
+    PyObject *f_ext = k->fallback ? slots[k->n_in] : NULL;
+    if (f_ext != NULL && f_ext != Py_None) {
+        int truth = PyObject_IsTrue(f_ext);
+        if (truth < 0)
+            return NULL;
+        if (truth) /* external wrenches: the reference dynamics, as the Python kernels do */
+            return PyObject_Vectorcall(k->fallback, slots, k->n_in + 1, NULL);
+    }
+    PyArrayObject *in[MAX_IN] = {NULL};
+    PyObject *result = NULL;
+    int j;
+    /* checks in the Python kernels' order: each input's type, shape and (one state)
+     * finiteness; then the batched inputs' finiteness, then their row counts */
+    for (j = 0; j < k->n_in; j++) {
+        in[j] = as_input(slots[j], k->names[j], k->size[j]);
+        if (in[j] == NULL ||
+            (PyArray_NDIM(in[j]) == 1 && check_finite(in[j], k->names[j]) < 0))
+            goto done;
+    }
+    result = run(k, in);
+done:
+    for (j = 0; j < k->n_in; j++)
+        Py_XDECREF(in[j]);
+    return result;
+}
+
+#define KERNEL_METHOD(NAME, INDEX)                                                             \
+    static PyObject *m_##NAME(PyObject *self, PyObject *const *args, Py_ssize_t nargs,        \
+                              PyObject *kwnames)                                               \
+    {                                                                                          \
+        return call(self, INDEX, #NAME, args, nargs, kwnames);                                 \
+    }
+KERNEL_METHOD(rnea, 0)
+KERNEL_METHOD(gravity, 1)
+KERNEL_METHOD(nonlinear_effects, 2)
+KERNEL_METHOD(crba, 3)
+KERNEL_METHOD(aba, 4)
+
+/* ---------------------------------------------------------------- roll-outs
+ *
+ * rollout() advances a fixed-base model whose joints all have one coordinate (nq == nv,
+ * q ⊕ v·dt = q + v·dt) by many steps in one call, each step computed as
+ * rb_dynamics.simulation.step computes it, in the same order of operations: the joint losses,
+ * semi-implicit Euler with the losses linearly implicit ((M + dt·diag(slope)) a = τ + losses − h,
+ * solved here by Cholesky where the reference uses an LU solve), RK4 on the model's ABA, the
+ * inelastic position stops. It stops before any step that would need a non-finite kernel input
+ * or give a non-finite output, or whose matrix is not positive definite, so that the caller
+ * (simulation.CompiledSteps) can hand that step to the reference, which then raises or answers
+ * exactly as it always does. The loop runs without the GIL.
+ */
+
+#define COULOMB_SMOOTHING 0.1 /* simulation.COULOMB_SMOOTHING */
+enum { SEMI_IMPLICIT_EULER = 0, RK4 = 1 };
+enum { NLE = 2, CRBA = 3, ABA = 4 }; /* indices into KernelsObject.k */
+
+typedef struct {
+    one_fn nle, crba, aba;
+    Py_ssize_t n;
+    double dt;
+    const double *damping, *friction; /* NULL: no joint losses */
+    const double *lower, *upper;      /* NULL: no position stops */
+    int implicit;                     /* semi-implicit Euler with the losses implicit */
+    double *M, *h, *rhs, *applied, *qs, *a[4], *vs[3]; /* scratch */
+} Stepper;
+
+/* applied = τ + losses(v): −damping·q̇ − friction·tanh(q̇/ε), simulation.joint_losses */
+static void add_losses(const Stepper *s, const double *tau, const double *v, double *applied)
+{
+    for (Py_ssize_t i = 0; i < s->n; i++)
+        applied[i] = s->damping ? tau[i] + (-s->damping[i] * v[i]
+                                            - s->friction[i] * tanh(v[i] / COULOMB_SMOOTHING))
+                                : tau[i];
+}
+
+/* q̈ = ABA(q, q̇, τ + losses); 0 when an input or the result is not finite */
+static int accel(const Stepper *s, const double *q, const double *v, const double *tau,
+                 double *a)
+{
+    add_losses(s, tau, v, s->applied);
+    if (!all_finite(s->applied, s->n))
+        return 0;
+    const double *in[3] = {q, v, s->applied};
+    s->aba(in, a);
+    return all_finite(a, s->n);
+}
+
+/* In place: A = L Lᵀ (lower triangle, row major) and x = A⁻¹ b; 0 when A is not positive
+ * definite */
+static int cholesky_solve(double *A, double *x, Py_ssize_t n)
+{
+    for (Py_ssize_t j = 0; j < n; j++) {
+        double d = A[j * n + j];
+        for (Py_ssize_t k = 0; k < j; k++)
+            d -= A[j * n + k] * A[j * n + k];
+        if (!(d > 0.0))
+            return 0;
+        A[j * n + j] = sqrt(d);
+        for (Py_ssize_t i = j + 1; i < n; i++) {
+            double e = A[i * n + j];
+            for (Py_ssize_t k = 0; k < j; k++)
+                e -= A[i * n + k] * A[j * n + k];
+            A[i * n + j] = e / A[j * n + j];
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) { /* L y = b */
+        for (Py_ssize_t k = 0; k < i; k++)
+            x[i] -= A[i * n + k] * x[k];
+        x[i] /= A[i * n + i];
+    }
+    for (Py_ssize_t i = n - 1; i >= 0; i--) { /* Lᵀ x = y */
+        for (Py_ssize_t k = i + 1; k < n; k++)
+            x[i] -= A[k * n + i] * x[k];
+        x[i] /= A[i * n + i];
+    }
+    return 1;
+}
+
+/* simulation._accel_implicit_losses: (M + dt·C) a = τ + losses(q̇) − h,
+ * C = damping + friction/ε·sech²(q̇/ε) */
+static int accel_implicit(const Stepper *s, const double *q, const double *v, const double *tau,
+                          double *a)
+{
+    Py_ssize_t n = s->n;
+    const double *in[2] = {q, v};
+    s->crba(in, s->M);
+    s->nle(in, s->h);
+    if (!all_finite(s->M, n * n) || !all_finite(s->h, n))
+        return 0;
+    add_losses(s, tau, v, s->rhs);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        double x = fmin(fmax(v[i] / COULOMB_SMOOTHING, -300.0), 300.0), c = cosh(x);
+        double slope = s->damping[i] + s->friction[i] / COULOMB_SMOOTHING / (c * c);
+        s->M[i * n + i] += s->dt * slope;
+        a[i] = s->rhs[i] - s->h[i];
+    }
+    return cholesky_solve(s->M, a, n) && all_finite(a, n);
+}
+
+/* The next RK4 stage's state from the previous stage's velocity vp and acceleration kp:
+   (q + vp·h, v + kp·h) */
+static void rk4_stage(Py_ssize_t n, double h, const double *q, const double *v, const double *vp,
+                      const double *kp, double *qs, double *vs)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        vs[i] = v[i] + h * kp[i];
+        qs[i] = q[i] + vp[i] * h;
+    }
+}
+
+/* One step from (q, v) into (q1, v1); a is the acceleration at the start of the step */
+static int one_step(const Stepper *s, int method, const double *q, const double *v,
+                    const double *tau, double *q1, double *v1, double *a)
+{
+    Py_ssize_t n = s->n;
+    double dt = s->dt, half = 0.5 * dt;
+    if (method == SEMI_IMPLICIT_EULER) {
+        if (!(s->implicit ? accel_implicit(s, q, v, tau, a) : accel(s, q, v, tau, a)))
+            return 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            v1[i] = v[i] + a[i] * dt;
+            q1[i] = q[i] + v1[i] * dt;
+        }
+        return 1;
+    }
+    /* classical RK4 with the stage configurations q + k·dt (simulation.step) */
+    double *const *k = s->a, *v2 = s->vs[0], *v3 = s->vs[1], *v4 = s->vs[2], *qs = s->qs;
+    if (!accel(s, q, v, tau, k[0]))
+        return 0;
+    rk4_stage(n, half, q, v, v, k[0], qs, v2);
+    if (!accel(s, qs, v2, tau, k[1]))
+        return 0;
+    rk4_stage(n, half, q, v, v2, k[1], qs, v3);
+    if (!accel(s, qs, v3, tau, k[2]))
+        return 0;
+    rk4_stage(n, dt, q, v, v3, k[2], qs, v4);
+    if (!accel(s, qs, v4, tau, k[3]))
+        return 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        v1[i] = v[i] + dt / 6.0 * (k[0][i] + 2 * k[1][i] + 2 * k[2][i] + k[3][i]);
+        q1[i] = q[i] + (v[i] + 2 * v2[i] + 2 * v3[i] + v4[i]) / 6.0 * dt;
+        a[i] = k[0][i];
+    }
+    return 1;
+}
+
+/* simulation.apply_position_limits: inelastic stops, velocity into the stop zeroed */
+static void position_stops(const Stepper *s, double *q, double *v, npy_bool *hit)
+{
+    for (Py_ssize_t i = 0; i < s->n; i++) {
+        hit[i] = 0;
+        if (s->lower == NULL)
+            continue;
+        if (q[i] < s->lower[i]) {
+            q[i] = s->lower[i];
+            v[i] = 0.0 > v[i] ? 0.0 : v[i]; /* Python's max(v, 0.0) */
+            hit[i] = 1;
+        }
+        else if (q[i] > s->upper[i]) {
+            q[i] = s->upper[i];
+            v[i] = 0.0 < v[i] ? 0.0 : v[i]; /* min(v, 0.0) */
+            hit[i] = 1;
+        }
+    }
+}
+
+/* Row k of tau = law(k), with the GIL (the loop releases it); 0 on an error (set) */
+static int call_law(PyObject *law, Py_ssize_t k, double *tau, Py_ssize_t n)
+{
+    PyObject *index = PyLong_FromSsize_t(k), *row = NULL;
+    PyArrayObject *arr = NULL;
+    if (index != NULL)
+        row = PyObject_CallOneArg(law, index);
+    if (row != NULL)
+        arr = (PyArrayObject *)PyArray_FromAny(row, PyArray_DescrFromType(NPY_DOUBLE), 1, 1,
+                                               NPY_ARRAY_CARRAY_RO, NULL);
+    int ok = arr != NULL && PyArray_DIM(arr, 0) == n;
+    if (arr != NULL && !ok)
+        PyErr_Format(PyExc_ValueError, "rollout: the law gave %zd efforts, expected %zd",
+                     (Py_ssize_t)PyArray_DIM(arr, 0), n);
+    if (ok)
+        memcpy(tau, PyArray_DATA(arr), sizeof(double) * (size_t)n);
+    Py_XDECREF(arr);
+    Py_XDECREF(row);
+    Py_XDECREF(index);
+    return ok;
+}
+
+/* Steps 0..N−1 from row 0 of Q, V, called without the GIL; the number of steps taken, or −1
+ * when the law raised (the GIL is then held again, *thread is NULL) */
+static Py_ssize_t run_steps(const Stepper *s, int method, Py_ssize_t N, double *Q, double *V,
+                            double *A, npy_bool *hit, double *tau, Py_ssize_t tau_stride,
+                            PyObject *law, PyThreadState **thread)
+{
+    Py_ssize_t n = s->n, k;
+    for (k = 0; k < N; k++) {
+        double *q = Q + k * n, *v = V + k * n, *t = tau + k * tau_stride;
+        if (law != NULL) {
+            PyEval_RestoreThread(*thread);
+            int ok = call_law(law, k, t, n);
+            *thread = ok ? PyEval_SaveThread() : NULL;
+            if (!ok)
+                return -1;
+        }
+        if (!all_finite(q, n) || !all_finite(v, n) || !all_finite(t, n) ||
+            !one_step(s, method, q, v, t, q + n, v + n, A + k * n))
+            break;
+        position_stops(s, q + n, v + n, hit + k * n);
+        if (!all_finite(q + n, n) || !all_finite(v + n, n))
+            break;
+    }
+    return k;
+}
+
+/* A float64 C-contiguous array of the given shape (rows < 0: one dimension), or NULL with a
+ * ValueError; writable when asked */
+static PyArrayObject *rollout_array(PyObject *obj, const char *name, Py_ssize_t rows,
+                                    Py_ssize_t cols, int type, int writable)
+{
+    int nd = rows < 0 ? 1 : 2;
+    PyArrayObject *arr = (PyArrayObject *)obj;
+    if (!PyArray_Check(obj) || PyArray_TYPE(arr) != type || PyArray_NDIM(arr) != nd ||
+        !PyArray_IS_C_CONTIGUOUS(arr) || (writable && !PyArray_ISWRITEABLE(arr)) ||
+        PyArray_DIM(arr, nd - 1) != cols || (rows >= 0 && PyArray_DIM(arr, 0) != rows)) {
+        const char *what = type == NPY_BOOL ? "bool" : "float64";
+        if (rows < 0)
+            PyErr_Format(PyExc_ValueError, "rollout: %s must be a C-contiguous %s array of "
+                         "shape (%zd,)", name, what, cols);
+        else
+            PyErr_Format(PyExc_ValueError, "rollout: %s must be a C-contiguous%s %s array of "
+                         "shape (%zd, %zd)", name, writable ? " writable" : "", what, rows, cols);
+        return NULL;
+    }
+    return arr;
+}
+
+static int optional_pair(PyObject *const *args, const char *names[2], Py_ssize_t n,
+                         const double **first, const double **second)
+{
+    *first = *second = NULL;
+    if (args[0] == Py_None && args[1] == Py_None)
+        return 0;
+    for (int j = 0; j < 2; j++)
+        if (rollout_array(args[j], names[j], -1, n, NPY_DOUBLE, 0) == NULL)
+            return -1;
+    *first = PyArray_DATA((PyArrayObject *)args[0]);
+    *second = PyArray_DATA((PyArrayObject *)args[1]);
+    return 0;
+}
+
+static PyObject *m_rollout(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+{
+    KernelsObject *self = (KernelsObject *)op;
+    if (nargs != 12) {
+        PyErr_Format(PyExc_TypeError, "rollout() takes 12 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    if (!self->ready || !self->k[NLE].one || !self->k[CRBA].one || !self->k[ABA].one)
+        return PyLong_FromLong(0); /* no forward dynamics: the reference says why */
+    Py_ssize_t n = self->k[ABA].out_n;
+    if (self->k[CRBA].size[0] != n) {
+        PyErr_SetString(PyExc_ValueError, "rollout: needs nq == nv (1-DoF joints only)");
+        return NULL;
+    }
+    /* the number of steps is the rows of A */
+    Py_ssize_t N = PyArray_Check(args[2]) && PyArray_NDIM((PyArrayObject *)args[2]) == 2
+                       ? PyArray_DIM((PyArrayObject *)args[2], 0) : 0;
+    PyObject *law = args[11] == Py_None ? NULL : args[11];
+    if (law != NULL && !PyCallable_Check(law)) {
+        PyErr_SetString(PyExc_TypeError, "rollout: law must be callable or None");
+        return NULL;
+    }
+    int per_step = PyArray_Check(args[4]) && PyArray_NDIM((PyArrayObject *)args[4]) == 2;
+    PyArrayObject *Q, *V, *A, *hit, *tau;
+    if (!(A = rollout_array(args[2], "A", N, n, NPY_DOUBLE, 1)) ||
+        !(Q = rollout_array(args[0], "Q", N + 1, n, NPY_DOUBLE, 1)) ||
+        !(V = rollout_array(args[1], "V", N + 1, n, NPY_DOUBLE, 1)) ||
+        !(hit = rollout_array(args[3], "hit", N, n, NPY_BOOL, 1)) ||
+        !(tau = rollout_array(args[4], "tau", per_step || law ? N : -1, n, NPY_DOUBLE,
+                              law != NULL)))
+        return NULL;
+    double dt = PyFloat_AsDouble(args[5]);
+    long method = PyLong_AsLong(args[6]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (!(dt > 0.0 && isfinite(dt)) || (method != SEMI_IMPLICIT_EULER && method != RK4)) {
+        PyErr_SetString(PyExc_ValueError, "rollout: dt must be positive and finite, the "
+                        "integrator 0 (semi-implicit Euler) or 1 (RK4)");
+        return NULL;
+    }
+    Stepper s = {.nle = self->k[NLE].one, .crba = self->k[CRBA].one, .aba = self->k[ABA].one,
+                 .n = n, .dt = dt};
+    const char *losses[2] = {"damping", "friction"}, *stops[2] = {"lower", "upper"};
+    if (optional_pair(args + 7, losses, n, &s.damping, &s.friction) < 0 ||
+        optional_pair(args + 9, stops, n, &s.lower, &s.upper) < 0)
+        return NULL;
+    for (Py_ssize_t i = 0; s.damping && i < n; i++)
+        s.implicit |= s.damping[i] != 0.0 || s.friction[i] != 0.0;
+    double *scratch = PyMem_RawMalloc(sizeof(double) * (size_t)(n * n + 11 * n + 1));
+    if (scratch == NULL)
+        return PyErr_NoMemory();
+    double **slots[] = {&s.h, &s.rhs, &s.applied, &s.qs, &s.a[0], &s.a[1], &s.a[2], &s.a[3],
+                        &s.vs[0], &s.vs[1], &s.vs[2]};
+    s.M = scratch;
+    for (size_t j = 0; j < sizeof(slots) / sizeof(slots[0]); j++)
+        *slots[j] = scratch + n * n + (Py_ssize_t)j * n;
+    /* the arrays are referenced by the caller's frame; the kernels touch no Python object,
+     * the law is called with the GIL */
+    PyThreadState *thread = PyEval_SaveThread();
+    Py_ssize_t done = run_steps(&s, (int)method, N, PyArray_DATA(Q), PyArray_DATA(V),
+                                PyArray_DATA(A), PyArray_DATA(hit), PyArray_DATA(tau),
+                                per_step || law ? n : 0, law, &thread);
+    if (thread != NULL)
+        PyEval_RestoreThread(thread);
+    PyMem_RawFree(scratch);
+    return done < 0 ? NULL : PyLong_FromSsize_t(done);
+}
+
+static PyMethodDef kernels_methods[] = {
+    {"rnea", (PyCFunction)(void (*)(void))m_rnea, METH_FASTCALL | METH_KEYWORDS,
+     "rnea(q, v, a, f_ext=None): inverse dynamics tau = M a + C v + g."},
+    {"gravity", (PyCFunction)(void (*)(void))m_gravity, METH_FASTCALL | METH_KEYWORDS,
+     "gravity(q): generalized gravity g(q)."},
+    {"nonlinear_effects", (PyCFunction)(void (*)(void))m_nonlinear_effects,
+     METH_FASTCALL | METH_KEYWORDS, "nonlinear_effects(q, v): C(q, v) v + g(q)."},
+    {"crba", (PyCFunction)(void (*)(void))m_crba, METH_FASTCALL | METH_KEYWORDS,
+     "crba(q): joint-space inertia matrix M(q)."},
+    {"aba", (PyCFunction)(void (*)(void))m_aba, METH_FASTCALL | METH_KEYWORDS,
+     "aba(q, v, tau, f_ext=None): forward dynamics."},
+    {"rollout", (PyCFunction)(void (*)(void))m_rollout, METH_FASTCALL,
+     "rollout(Q, V, A, hit, tau, dt, integrator, damping, friction, lower, upper, law)\n"
+     "N = len(A) steps from Q[0], V[0] into the rows of Q, V (N+1, nv), A and hit (N, nv);\n"
+     "tau (nv,) held or (N, nv) per step; law: None, or law(k) -> the efforts of step k,\n"
+     "called before it and written to tau[k]; integrator 0: semi-implicit Euler, 1: RK4;\n"
+     "damping, friction and lower, upper: (nv,) arrays, or None (no losses, no stops).\n"
+     "Returns the steps taken: it stops before a step that is not finite (see the source)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject KernelsType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "rb_dynamics.dynamics._ckernels.Kernels",
+    .tp_doc = "Calls into one model's compiled kernels; built by rb_dynamics.kernel_cache.",
+    .tp_basicsize = sizeof(KernelsObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)kernels_init,
+    .tp_dealloc = (destructor)kernels_dealloc,
+    .tp_methods = kernels_methods,
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "rb_dynamics.dynamics._ckernels",
+    .m_doc = "Trampoline from Python into per-model compiled dynamics kernels.",
+    .m_size = -1,
+};
+
+PyMODINIT_FUNC PyInit__ckernels(void)
+{
+    import_array();
+    if (PyType_Ready(&KernelsType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddIntConstant(m, "ABI", RB_KERNEL_ABI) < 0 ||
+        PyModule_AddObjectRef(m, "Kernels", (PyObject *)&KernelsType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,103 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Where a node's robot comes from: one order, the same for every node of this package.
+
+1. the ``robot_description`` parameter (URDF XML): when set, nothing else is looked at;
+2. the ``/robot_description`` topic (std_msgs/String, transient local, as
+   robot_state_publisher publishes it): the newest message; a later one replaces the model at
+   run time (or is refused, and the old model kept);
+3. the ``urdf_path`` parameter (a URDF file);
+4. the bundled 6-DoF arm (``rb_dynamics/urdf/default_arm.urdf``).
+
+Each node takes the steps it can use: the control node 1–3 (with none it waits: driving a
+real arm with a made-up model is never right); the simulator and the demo's reference publisher
+1, 3 and 4 (they must have a robot at start, and a simulator that swapped robots under a
+running controller would surprise it).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from std_msgs.msg import String
+
+from rb_dynamics import DEFAULT_URDF
+
+from .parameters import ParameterSpec
+
+__all__ = ["DESCRIPTION_TOPIC", "MODEL_SOURCE_PARAMETERS", "LatestOnly", "ModelSource"]
+
+DESCRIPTION_TOPIC = "/robot_description"
+MODEL_SOURCE_PARAMETERS = {
+    "robot_description": ParameterSpec(
+        "string", "", "URDF XML; wins over the /robot_description topic and urdf_path",
+        read_only=True),
+    "urdf_path": ParameterSpec(
+        "string", "", "URDF file used when no description is given as parameter or topic",
+        read_only=True),
+}
+Install = Callable[[str, str], None]
+
+
+class ModelSource:
+    """Finds the node's description in the documented order and hands it to ``install``
+    (``install(source, origin)``: an XML string or a file path, and where it came from)."""
+
+    def __init__(self, node: Node, install: Install, *, follow_topic: bool,
+                 use_bundled: bool) -> None:
+        self.node, self.install = node, install
+        description = node.get_parameter("robot_description").value
+        path = node.get_parameter("urdf_path").value
+        if description:
+            install(description, "the robot_description parameter")
+            return
+        if follow_topic:
+            latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL,
+                                 reliability=ReliabilityPolicy.RELIABLE,
+                                 history=HistoryPolicy.KEEP_LAST)
+            node.create_subscription(String, DESCRIPTION_TOPIC, self._on_topic, latched)
+        if path:
+            install(path, f"urdf_path {path!r}")
+        elif use_bundled:
+            install(str(DEFAULT_URDF), "the bundled default arm")
+        else:
+            node.get_logger().info(
+                f"waiting for a robot description (robot_description parameter, "
+                f"{DESCRIPTION_TOPIC} topic or urdf_path)")
+
+    def _on_topic(self, msg: String) -> None:
+        self.install(msg.data, f"the {DESCRIPTION_TOPIC} topic")
+
+
+class LatestOnly:
+    """Runs ``work(*args)`` on a background thread, newest request first: a request that
+    arrives while an older one waits replaces it (a burst of descriptions builds one model)."""
+
+    def __init__(self, work: Callable[..., None], name: str) -> None:
+        self._work = work
+        self._wake = threading.Condition()
+        self._pending: tuple | None = None
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, *args) -> None:
+        with self._wake:
+            self._pending = args
+            self._wake.notify()
+
+    def stop(self) -> None:
+        with self._wake:
+            self._stopping = True
+            self._wake.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                self._wake.wait_for(lambda: self._pending is not None or self._stopping)
+                if self._stopping:
+                    return
+                args, self._pending = self._pending, None
+            self._work(*args)

@@ -1,0 +1,58 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Forward-dynamics simulation without ROS: integrators, the ``Simulator``, compiled steps and
+the joint drives of a simulated ``<ros2_control>`` block.
+
+Imports ``rb_dynamics.dynamics`` and ``rb_dynamics.model``.
+"""
+
+from .joint_drives import (
+    DEFAULT_BANDWIDTH,
+    DEFAULT_DAMPING_RATIO,
+    STABILITY_MARGIN,
+    JointDrives,
+    ServoGains,
+    ServoSimulator,
+    make_drives,
+    max_stable_bandwidth,
+    servo_gains,
+    step_spectral_radius,
+)
+from .simulator import (
+    INTEGRATORS,
+    CompiledSteps,
+    SimulationStep,
+    Simulator,
+    Trace,
+    apply_position_limits,
+    compiled_steps,
+    integrate,
+    joint_losses,
+    normalize_configuration,
+    project_onto_constraints,
+    step,
+)
+
+__all__ = [
+    "CompiledSteps",
+    "DEFAULT_BANDWIDTH",
+    "DEFAULT_DAMPING_RATIO",
+    "INTEGRATORS",
+    "JointDrives",
+    "STABILITY_MARGIN",
+    "ServoGains",
+    "ServoSimulator",
+    "SimulationStep",
+    "Simulator",
+    "Trace",
+    "apply_position_limits",
+    "compiled_steps",
+    "integrate",
+    "joint_losses",
+    "make_drives",
+    "max_stable_bandwidth",
+    "normalize_configuration",
+    "project_onto_constraints",
+    "servo_gains",
+    "step",
+    "step_spectral_radius",
+]
