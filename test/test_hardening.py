@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 from geometry_msgs.msg import Wrench
 from pin_oracle import REAL_ROBOTS, arm_torques, rel_err, robots_dir
+from rclpy.serialization import deserialize_message, serialize_message
 from ros_harness import Session, fresh_name
 from ros_harness import control_node as start_control_node
 from ros_harness import simulator as start_simulator
@@ -178,11 +179,17 @@ def test_oversized_requests_are_refused_and_the_loop_keeps_its_pace(tmp_path):
     commands = node.commands
     node.stream_states(UR5_JOINTS, np.zeros(6))
     assert node.wait_for(lambda: len(commands) > 10, 20.0), node.output()
+    request = ForwardDynamics.Request(
+        joint_names=UR5_JOINTS, positions=[0.0] * 6, efforts=[0.0] * 6,
+        wrench_links=["wrist_3_link"] * 100_000, wrenches=[Wrench()] * 100_000)
+    # the baseline: rclpy turning these bytes into Python objects, which the node's process does
+    # before any of its code sees the request (holding the interpreter, so the loop waits)
+    began = time.monotonic()
+    deserialize_message(serialize_message(request), ForwardDynamics.Request)
+    rclpy_reads_it = time.monotonic() - began
     start = len(commands)
     began = time.monotonic()
-    forward = node.call(ForwardDynamics, "~/forward_dynamics", ForwardDynamics.Request(
-        joint_names=UR5_JOINTS, positions=[0.0] * 6, efforts=[0.0] * 6,
-        wrench_links=["wrist_3_link"] * 100_000, wrenches=[Wrench()] * 100_000), timeout=30.0)
+    forward = node.call(ForwardDynamics, "~/forward_dynamics", request, timeout=30.0)
     refused_in = time.monotonic() - began
     assert not forward.success and "at most 1000" in forward.message, forward.message
 
@@ -209,8 +216,10 @@ def test_oversized_requests_are_refused_and_the_loop_keeps_its_pace(tmp_path):
     node.wait_for(lambda: len(commands) > start + 200, 5.0)
     times = [t for t, _ in commands[start:]]
     print(f"\n10⁵ wrenches refused in {refused_in:.2f} s (request round trip); largest "
-          f"command gap meanwhile {1e3 * gaps(times):.0f} ms")
-    assert gaps(times) < 1.5  # rclpy's own deserialisation of the 5.6 MB request included
+          f"command gap meanwhile {1e3 * gaps(times):.0f} ms; rclpy reading the request here "
+          f"{1e3 * rclpy_reads_it:.0f} ms")
+    # beyond what rclpy itself costs (measured here, in this run), the node adds little
+    assert gaps(times) < 0.5 + 2.0 * rclpy_reads_it
     node.close()
 
 

@@ -1,0 +1,82 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The package's shape is a test: the layers of ``.importlinter`` (PyPI import-linter), no ROS
+below ``ros/``, and modules and classes small enough to read."""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "rb_dynamics"
+ROS_LAYERS = ("ros", "demo")  # the only subpackages that may import ROS
+MAX_MODULE_LINES = 600
+MAX_CLASS_LINES = 300
+
+
+def _modules() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _imported(tree: ast.Module) -> set[str]:
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+    return names
+
+
+def _is_ros(module: str) -> bool:
+    top = module.split(".")[0]
+    return top in ("rclpy", "launch", "launch_ros", "rosidl_runtime_py") or \
+        top.endswith(("_msgs", "_interfaces"))
+
+
+def test_the_import_contracts_hold():
+    linter = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
+    if linter is None:
+        pytest.fail("lint-imports (PyPI import-linter, requirements/dev.txt) is not installed")
+    out = subprocess.run([linter, "--config", str(ROOT / ".importlinter"), "--no-cache"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_nothing_below_ros_imports_ros():
+    """Wider than the contract's list: any ``*_msgs`` or ``*_interfaces`` package counts."""
+    offenders = []
+    for path in _modules():
+        layer = path.relative_to(PACKAGE).parts[0]
+        if layer in ROS_LAYERS:
+            continue
+        ros = sorted(m for m in _imported(ast.parse(path.read_text())) if _is_ros(m))
+        if ros:
+            offenders.append(f"{path.relative_to(ROOT)}: {', '.join(ros)}")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_every_subpackage_says_what_it_holds():
+    for init in PACKAGE.rglob("__init__.py"):
+        doc = ast.get_docstring(ast.parse(init.read_text()))
+        assert doc and len(doc.split()) >= 8, f"{init.relative_to(ROOT)} has no docstring"
+
+
+def test_modules_and_classes_are_small_enough_to_read():
+    too_long = []
+    for path in _modules():
+        text = path.read_text()
+        lines = text.count("\n") + 1
+        if lines > MAX_MODULE_LINES:
+            too_long.append(f"{path.relative_to(ROOT)}: {lines} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ClassDef):
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_CLASS_LINES:
+                    too_long.append(f"{path.relative_to(ROOT)}: class {node.name} {length} lines")
+    assert not too_long, "\n".join(too_long)
