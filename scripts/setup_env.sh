@@ -9,6 +9,8 @@
 #   5. installs rb_dynamics into .venv (pip install -e .)
 #   6. (Jazzy only) the ROS 2 tools that have no wheel on PyPI: launch, launch_ros, the ros2 CLI,
 #      control_msgs, built from the sources in ../shared/vendor by its installer (when present)
+#   7. (Jazzy only) Humble's control_msgs in a prefix of its own, $VENV/opt/humble, for the tests
+#      that run the nodes against Humble's interfaces (test/test_humble.py)
 # Each step is skipped when a stamp in .venv/.stamps matches the hash of its inputs, so a second
 # run with nothing changed takes a second or two. Variables: PYTHON (interpreter to use),
 # VENV (default ./.venv), ROS_WHEELS (jazzy, the default, or kilted), RB_DYNAMICS_VENDOR (the
@@ -130,7 +132,8 @@ else
     die "foreign /opt/python paths remain in $VENV/share/*/cmake/*.cmake"
   fi
   # everything built against the wheels is built again (ros-jazzy-extras: the installer's stamp)
-  rm -f "$STAMPS/interfaces" "$STAMPS/package" "$STAMPS/ros-jazzy-extras"
+  rm -f "$STAMPS/interfaces" "$STAMPS/package" "$STAMPS/ros-jazzy-extras" \
+    "$STAMPS/humble-control-msgs"
   stamp_set requirements "$REQ_HASH"
 fi
 
@@ -155,7 +158,7 @@ else
 fi
 
 # ---------------------------------------------------------------- 5. rb_dynamics itself
-PKG_HASH=$( { echo "$REQ_HASH $ROOT"; cat setup.py setup.cfg package.xml rb_dynamics/*.c; } |
+PKG_HASH=$( { echo "$REQ_HASH $ROOT"; cat setup.py setup.cfg package.xml rb_dynamics/dynamics/*.c; } |
   sha256sum | cut -c1-16)
 if stamp_ok package "$PKG_HASH"; then
   step "rb_dynamics: up to date (editable install of $ROOT)"
@@ -189,6 +192,32 @@ else
   run_logged ros-jazzy-extras env PIP_CONSTRAINT="$ROOT/$LOCK" \
     bash "$EXTRAS" "$VENV" "$BUILD/ros-jazzy-extras"
   step "ROS tools: $(tail -n 1 "$LOGS/ros-jazzy-extras.log") ($((SECONDS - extras_start)) s)"
+fi
+
+# ---------------------------------------------------------------- 7. Humble's control_msgs
+# Humble has no wheels; its interfaces differ from Jazzy's where a node could trip (fields added
+# since). control_msgs 4.8.0 (../shared/vendor/ros-humble-control-msgs) is built into a prefix of
+# its own, $VENV/opt/humble, which the Humble tests put first on the paths of the nodes they start.
+HUMBLE_SRC=$VENDOR/ros-humble-control-msgs
+HUMBLE_PREFIX=$VENV/opt/humble
+if [ "$ROS_WHEELS" != jazzy ] || [ ! -d "$HUMBLE_SRC" ]; then
+  step "Humble's control_msgs: skipped (needs the Jazzy venv and $HUMBLE_SRC)"
+else
+  HUMBLE_HASH=$( { echo "$REQ_HASH"; find "$HUMBLE_SRC" -type f | LC_ALL=C sort | xargs cat; } |
+    sha256sum | cut -c1-16)
+  if stamp_ok humble-control-msgs "$HUMBLE_HASH"; then
+    step "Humble's control_msgs: up to date ($HUMBLE_PREFIX)"
+  else
+    step "Humble's control_msgs: colcon build into $HUMBLE_PREFIX (~3-4 min)"
+    rm -rf "$BUILD/humble" "$HUMBLE_PREFIX"
+    run_logged humble-control-msgs env PATH="$VENV/bin:$PATH" AMENT_PREFIX_PATH="$VENV" \
+      CMAKE_PREFIX_PATH="$VENV" colcon --log-base "$BUILD/humble/log" build \
+      --base-paths "$HUMBLE_SRC" --packages-select control_msgs \
+      --build-base "$BUILD/humble/build" --install-base "$HUMBLE_PREFIX" --merge-install \
+      --event-handlers console_direct- \
+      --cmake-args -DBUILD_TESTING=OFF -DPython3_EXECUTABLE="$VPY"
+    stamp_set humble-control-msgs "$HUMBLE_HASH"
+  fi
 fi
 
 # ---------------------------------------------------------------- what is there

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Test session set-up: every ROS process of the suite talks only on loopback, on its own domain.
+"""Test session set-up: every ROS process of the suite talks only on loopback, on its own domain,
+and checks message fields as Humble does.
 
 A random ROS_DOMAIN_ID per pytest session keeps concurrent runs (and a developer's real robot
 on domain 0) apart; child processes inherit these variables. Loopback is spelled the way the
@@ -10,9 +11,14 @@ import os
 import sys
 import tempfile
 
-import pytest
+# Message constructors and field assignments check their arguments, as Humble's always do (Jazzy's
+# only with this variable, read when a message module is imported): a field that Humble's
+# interfaces lack fails a test here rather than a node on a Humble robot.
+os.environ["ROS_PYTHON_CHECK_FIELDS"] = "1"
 
-from rb_dynamics.ros.environment import keep_local
+import pytest  # noqa: E402
+
+from rb_dynamics.ros.environment import keep_local  # noqa: E402
 
 keep_local(os.environ, override=True)
 os.environ.setdefault("ROS_LOG_DIR", tempfile.mkdtemp(prefix="rb_dynamics_ros_log_"))

@@ -65,8 +65,12 @@ _open: list[Session] = []  # sessions not closed yet, oldest first
 
 
 def own_name(module: str) -> str:
-    """The name a node module of this package gives its node (its ``NODE_NAME``)."""
-    return importlib.import_module(module).NODE_NAME
+    """The name a node of this package gives itself (``NODE_NAME`` of the module that makes the
+    node: ``module`` itself, or its ``node`` module when ``module`` is a node's package)."""
+    found = importlib.import_module(module)
+    if not hasattr(found, "NODE_NAME"):
+        found = importlib.import_module(f"{module}.node")
+    return found.NODE_NAME
 
 
 def fresh_name(base: str) -> str:
@@ -95,8 +99,9 @@ class NodeProcess:
     """A node of this package in its own process, stopped by SIGINT then SIGKILL."""
 
     def __init__(self, module: str, params_file: Path | None = None, *extra: str,
-                 prelude: str = ""):
-        # ``prelude``: Python run first in the child (say, hiding a package it could import)
+                 prelude: str = "", env: dict[str, str] | None = None):
+        # ``prelude``: Python run first in the child (say, hiding a package it could import);
+        # ``env``: the child's whole environment (default: this process's)
         launcher = ["-c", f"{prelude}\nimport runpy\nrunpy.run_module({module!r}, "
                     "run_name='__main__', alter_sys=True)"] if prelude else ["-m", module]
         cmd = [sys.executable, *launcher, "--ros-args"]
@@ -106,7 +111,7 @@ class NodeProcess:
         # the log file must outlive this constructor: it is the child process's stdout
         self.log = tempfile.NamedTemporaryFile(  # noqa: SIM115
             prefix=module.replace(".", "_"), suffix=".log", delete=False)
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
 
     def output(self) -> str:
         return Path(self.log.name).read_text(errors="replace")
@@ -240,19 +245,20 @@ class Session:
     on ``states_topic`` (with ``state_qos``) and sends efforts on ``commands_topic``.
     ``peer``: another session's peer to talk through (one executor for nodes that work
     together); ``shared``: the session outlives the test that started it (a module's fixture
-    closes it).
+    closes it); ``env``: the node process's environment (default: this process's).
     """
 
     def __init__(self, module: str, directory: Path, params: dict | Path | None = None,
                  *extra: str, name: str | None = None, state_qos: Any = 10,
                  states_topic: str = "joint_states",
                  commands_topic: str = "~/effort_commands", prelude: str = "",
-                 peer: Peer | None = None, shared: bool = False) -> None:
+                 peer: Peer | None = None, shared: bool = False,
+                 env: dict[str, str] | None = None) -> None:
         self.name = name or own_name(module)
         args = [*extra] + (["-r", f"__node:={name}"] if name else [])
         params_file = (write_params(directory, self.name, params) if isinstance(params, dict)
                        else params)
-        self.process = NodeProcess(module, params_file, *args, prelude=prelude)
+        self.process = NodeProcess(module, params_file, *args, prelude=prelude, env=env)
         if peer is None:
             peer = Peer(f"{self.name}_test_peer")
         else:

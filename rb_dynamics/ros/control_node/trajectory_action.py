@@ -398,7 +398,10 @@ class TrajectoryAction:
 
         self.state_pub = node.create_publisher(JointTrajectoryControllerState,
                                                "~/controller_state", 10)
-        self._state_msg = JointTrajectoryControllerState(speed_scaling_factor=1.0)  # reused
+        self._state_msg = JointTrajectoryControllerState()  # reused
+        # a field since control_msgs 5 (Jazzy): Humble's class refuses the name
+        if "speed_scaling_factor" in self._state_msg.get_fields_and_field_types():
+            self._state_msg.speed_scaling_factor = 1.0
         # the few states of a batch that was not filled (the loop stopped): out within 0.1 s
         node.create_timer(0.1, self._on_news, callback_group=group)
         self.server = ActionServer(
