@@ -8,9 +8,18 @@ Needs only NumPy. Nothing here imports another layer of the package.
 from .checks import (
     finite_array,
 )
-from .hardware_interfaces import (
+from .joints import (
+    JOINT_DIMENSIONS,
+    JointModel,
+    jcalc,
+    motion_subspace,
+)
+from .ros2_control import (
     COMMAND_FIELDS,
+    EFFORT,
+    POSITION,
     TOPIC_PLUGINS,
+    VELOCITY,
     CommandLayout,
     HardwareSystem,
     Interface,
@@ -19,12 +28,6 @@ from .hardware_interfaces import (
     command_layout,
     joint_command_modes,
     read_ros2_control,
-)
-from .joints import (
-    JOINT_DIMENSIONS,
-    JointModel,
-    jcalc,
-    motion_subspace,
 )
 from .spatial import (
     crf,
@@ -40,28 +43,53 @@ from .spatial import (
     skew,
     transform_parts,
 )
-from .urdf import (
+from .tree import (
     DEFAULT_GRAVITY,
+    MAX_BODIES,
+    URDF_JOINT_KINDS,
     Frame,
+    JointDescription,
+    LinkDescription,
     Model,
-    URDFError,
+    build_model,
+)
+from .urdf import (
     load_model,
+)
+from .xml_reading import (
+    MAX_MAGNITUDE,
+    MAX_URDF_BYTES,
+    URDFError,
+    parse_number,
+    parse_numbers,
+    parse_xml,
+    read_source,
 )
 
 __all__ = [
     "COMMAND_FIELDS",
     "CommandLayout",
     "DEFAULT_GRAVITY",
+    "EFFORT",
     "Frame",
     "HardwareSystem",
     "Interface",
     "JOINT_DIMENSIONS",
     "JointCommand",
+    "JointDescription",
     "JointInterfaces",
     "JointModel",
+    "LinkDescription",
+    "MAX_BODIES",
+    "MAX_MAGNITUDE",
+    "MAX_URDF_BYTES",
     "Model",
+    "POSITION",
     "TOPIC_PLUGINS",
     "URDFError",
+    "URDF_JOINT_KINDS",
+    "VELOCITY",
+    "build_model",
     "command_layout",
     "crf",
     "crm",
@@ -73,10 +101,14 @@ __all__ = [
     "mcI",
     "motion_apply",
     "motion_subspace",
+    "parse_number",
+    "parse_numbers",
+    "parse_xml",
     "plux",
     "plux_inverse",
     "quat_to_matrix",
     "read_ros2_control",
+    "read_source",
     "rotation_about_axis",
     "rpy_to_matrix",
     "skew",

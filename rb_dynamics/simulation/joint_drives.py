@@ -41,13 +41,13 @@ import numpy as np
 
 from rb_dynamics.dynamics import Dynamics, ReferenceDynamics
 from rb_dynamics.dynamics import reference as dynamics
-from rb_dynamics.model import Model
-from rb_dynamics.model.hardware_interfaces import (
+from rb_dynamics.model import (
     EFFORT,
     POSITION,
     VELOCITY,
     CommandLayout,
     JointCommand,
+    Model,
 )
 
 from .simulator import Simulator

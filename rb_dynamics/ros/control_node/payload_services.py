@@ -54,7 +54,7 @@ from rb_dynamics.dynamics import (
     identify_payload,
     identify_payload_inertia,
 )
-from rb_dynamics.model.urdf import MAX_MAGNITUDE, Model
+from rb_dynamics.model import MAX_MAGNITUDE, Model
 from rb_dynamics.ros import parameters as ros_params
 from rb_dynamics.ros.conversions import ConversionError, trajectory_points
 from rb_dynamics.ros.parameters import ParameterSpec

@@ -38,22 +38,27 @@ from pathlib import Path
 
 import numpy as np
 
-from .urdf import Model, URDFError, _number, _parse_xml, _read_source
+from .tree import Model
+from .xml_reading import URDFError, parse_number, parse_xml, read_source
 
 __all__ = [
     "COMMAND_FIELDS",
     "CommandLayout",
+    "EFFORT",
     "HardwareSystem",
     "Interface",
     "JointCommand",
     "JointInterfaces",
+    "POSITION",
     "TOPIC_PLUGINS",
+    "VELOCITY",
     "command_layout",
     "joint_command_modes",
     "read_ros2_control",
 ]
 
-# JointState fields, in the order of every (3, n) array below
+# JointState fields, in the order of every (3, n) array below; POSITION, VELOCITY, EFFORT are
+# their rows
 COMMAND_FIELDS = ("position", "velocity", "effort")
 POSITION, VELOCITY, EFFORT = range(3)
 COMPONENT_TYPES = ("system", "actuator", "sensor")
@@ -186,12 +191,12 @@ def _parse_interface(elem: ET.Element, where: str, joint_limits: bool) -> Interf
     for key in ("min", "max"):
         text = params.get(key)
         bounds[key] = None if text is None or not numeric else \
-            _number(text, f'{where} <param name="{key}">', allow_inf=True)
+            parse_number(text, f'{where} <param name="{key}">', allow_inf=True)
     if bounds["min"] is not None and bounds["max"] is not None and bounds["min"] > bounds["max"]:
         raise URDFError(f"{where}: min {bounds['min']:g} is above max {bounds['max']:g}")
     initial: float | str | None = params.get("initial_value")
     if initial is not None and numeric:
-        initial = _number(initial, f'{where} <param name="initial_value">')
+        initial = parse_number(initial, f'{where} <param name="initial_value">')
     return Interface(name, bounds["min"], bounds["max"], initial, data_type, int(size_text),
                      joint_limits and _limits_enabled(elem, where), params)
 
@@ -248,7 +253,7 @@ def read_ros2_control(source: str | Path) -> list[HardwareSystem]:
     No block: an empty list. Malformed blocks raise ``URDFError`` (a ``ValueError``) naming the
     element; the XML is read with the URDF loader's hardened parser (no DTD, no entities).
     """
-    root = _parse_xml(_read_source(source))
+    root = parse_xml(read_source(source))
     systems = [_parse_block(elem) for elem in root.findall("ros2_control")]
     seen: dict[str, str] = {}
     for system in systems:
