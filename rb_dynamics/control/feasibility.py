@@ -5,7 +5,7 @@
 ``feasibility_report`` checks positions, velocities and efforts against the URDF limits at the
 points and between them.
 
-The motion between the points is the spline the controller follows (``control._segment``,
+The motion between the points is the spline the controller follows (``trajectory.py``,
 ros2_controllers' joint trajectory controller): quintic when the points carry positions,
 velocities and accelerations, cubic with positions and velocities, linear with positions
 only, starting at the first point (the arm is taken to be there at ``times[0]``). Where the
@@ -27,7 +27,7 @@ from rb_dynamics.dynamics import Payload, PayloadEffort
 from rb_dynamics.dynamics import reference as dynamics
 from rb_dynamics.model import Model, finite_array
 
-from .controller import MAX_TRAJECTORY_POINTS, _segment
+from .trajectory import MAX_TRAJECTORY_POINTS, evaluate_spline, spline_coefficients
 
 __all__ = [
     "DEFAULT_SAMPLES_PER_SEGMENT",
@@ -152,6 +152,12 @@ def _row(x, k):
     return None if x is None else x[k]
 
 
+def _segment(t, q, v, a, k) -> np.ndarray:
+    """``spline_coefficients`` of the segment from point k to point k + 1."""
+    return spline_coefficients(t[k + 1] - t[k], q[k], _row(v, k), _row(a, k),
+                               q[k + 1], _row(v, k + 1), _row(a, k + 1))
+
+
 def _point_states(t, q, v, a):
     """(q, q̇, q̈) at each point: given values, else what the controller samples there."""
     n = len(t)
@@ -159,8 +165,7 @@ def _point_states(t, q, v, a):
     acc = np.zeros_like(q) if a is None else a.copy()
     if v is None or a is None:
         for k in range(n - 1):  # the last point is held: zero unless given
-            _, v_k, a_k = _segment(0.0, t[k + 1] - t[k], q[k], _row(v, k), _row(a, k),
-                                   q[k + 1], _row(v, k + 1), _row(a, k + 1))
+            _, v_k, a_k = evaluate_spline(_segment(t, q, v, a, k), 0.0)
             if v is None:
                 vel[k] = v_k
             if a is None:
@@ -173,18 +178,15 @@ def _grid_states(t, q, v, a, segments: range, samples: int):
     if not segments:
         empty = np.empty((0, q.shape[1]))
         return np.empty(0), empty, empty, empty, np.empty(0, dtype=int)
-    fractions = np.arange(1, samples + 1)[:, None] / samples
+    fractions = np.arange(1, samples + 1) / samples
     times, qs, vs, accs, owner = [], [], [], [], []
     for k in segments:
-        T = t[k + 1] - t[k]
-        local = fractions * T
-        p_k, v_k, a_k = _segment(local, T, q[k], _row(v, k), _row(a, k),
-                                 q[k + 1], _row(v, k + 1), _row(a, k + 1))
-        shape = (samples, q.shape[1])
-        times.append(t[k] + local[:, 0])
-        qs.append(np.broadcast_to(p_k, shape))
-        vs.append(np.broadcast_to(v_k, shape))
-        accs.append(np.broadcast_to(a_k, shape))
+        local = fractions * (t[k + 1] - t[k])
+        p_k, v_k, a_k = evaluate_spline(_segment(t, q, v, a, k), local)
+        times.append(t[k] + local)
+        qs.append(p_k)
+        vs.append(v_k)
+        accs.append(a_k)
         owner.append(np.full(samples, k))
     return (np.concatenate(times), np.concatenate(qs), np.concatenate(vs),
             np.concatenate(accs), np.concatenate(owner))

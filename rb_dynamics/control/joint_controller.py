@@ -1,24 +1,14 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Control laws and reference sampling, free of ROS.
+"""``JointController``: the control law (``law.py``) and a trajectory reference
+(``trajectory.py``) mapped by joint name, free of ROS.
 
-One law (``ControlLaw``) serves the control node, ``~/simulate`` and the tests:
-
-- ``gravity_compensation``: τ = g(q) (+ optional viscous and Coulomb friction compensation);
-- ``computed_torque``: τ = M(q)(q̈_d + K_d(q̇_d − q̇) + K_p(q_d − q)) + C(q, q̇)q̇ + g(q),
-  evaluated as one RNEA call with the commanded acceleration.
-
-``TrajectorySampler`` samples a joint trajectory the way ros2_controllers' joint trajectory
-controller does — quintic between points with positions, velocities and accelerations, cubic
-with positions and velocities, linear with positions only — starting from the state at the time
-the trajectory arrived, and holding the last point when it ends. ``JointController`` maps joint
-states and references by name, refuses stale or unusable input, and clamps to the effort limits.
-
-All vectors are in the model's independent coordinates (fixed-base, 1-DoF joints).
+The state and references arrive by joint name; efforts leave in the order of the controller's
+joints, clamped to the URDF effort limits. Stale or unusable input is refused with a
+``ControllerError`` and changes nothing.
 """
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import math
 from collections.abc import Sequence
@@ -26,286 +16,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rb_dynamics.dynamics import Dynamics, PayloadEffort, make_dynamics
-from rb_dynamics.model import Model, finite_array
+from rb_dynamics.dynamics import Dynamics, make_dynamics
+from rb_dynamics.model import Model
 
-__all__ = [
-    "CONTROL_MODES",
-    "MAX_TRAJECTORY_POINTS",
-    "ControlLaw",
-    "ControlOutput",
-    "ControllerError",
-    "JointController",
-    "TrajectoryError",
-    "TrajectoryPoint",
-    "TrajectorySampler",
-    "clamp_effort",
-    "friction_compensation",
-    "position_error",
-    "wrap_angle",
-]
+from .law import CONTROL_MODES, ControlLaw, ControllerError, check_gains
+from .trajectory import (
+    MAX_TRAJECTORY_POINTS,
+    TrajectoryError,
+    TrajectoryPoint,
+    TrajectorySampler,
+    check_point_field,
+)
 
-CONTROL_MODES = ("gravity_compensation", "computed_torque")
-# A reference this long is refused: reading (rclpy's deserialization holds the interpreter
-# ~8 µs per point), converting and validating it must not hold a node for long
-MAX_TRAJECTORY_POINTS = 10_000
+__all__ = ["ControlOutput", "JointController"]
+
 _NO_CONTEXT = contextlib.nullcontext()
-
-
-def wrap_angle(x: np.ndarray) -> np.ndarray:
-    """Wrap angles to (−π, π]."""
-    wrapped = np.mod(x + np.pi, 2.0 * np.pi) - np.pi
-    return np.where(wrapped == -np.pi, np.pi, wrapped)
-
-
-def continuous_mask(model: Model) -> np.ndarray:
-    mask = np.zeros(model.nv, dtype=bool)
-    for name in model.continuous_joints:
-        mask[model.joint_v_index[model.joint_index(name)]] = True
-    return mask
-
-
-def position_error(
-    model: Model, q_desired: np.ndarray, q: np.ndarray, continuous: np.ndarray | None = None
-) -> np.ndarray:
-    """q_d − q, wrapped to (−π, π] on continuous joints."""
-    error = np.asarray(q_desired, dtype=float) - q
-    if continuous is None:
-        continuous = continuous_mask(model)
-    if continuous.any():
-        error = np.where(continuous, wrap_angle(error), error)
-    return error
-
-
-def clamp_effort(model: Model, tau: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """τ clipped to the URDF effort limits, and a mask of the joints that were clipped."""
-    clipped = np.clip(tau, -model.effort_limit, model.effort_limit)
-    return clipped, clipped != tau
-
-
-def friction_compensation(
-    model: Model,
-    v: np.ndarray,
-    viscous: bool = True,
-    coulomb: bool = True,
-    smoothing_velocity: float = 0.1,
-) -> np.ndarray:
-    """Damping·q̇ + friction·tanh(q̇/ε): the URDF <dynamics> losses, smoothed through zero
-    exactly as the simulator models them (``simulation.COULOMB_SMOOTHING``)."""
-    tau = np.zeros(model.nv)
-    if viscous:
-        tau += model.damping * v
-    if coulomb:
-        tau += model.friction * np.tanh(np.asarray(v) / smoothing_velocity)
-    return tau
-
-
-class ControllerError(ValueError):
-    """Input the controller refuses; the message says what is wrong and nothing changed."""
-
-
-@dataclass
-class ControlLaw:
-    """The control law: τ from a state (q, q̇) and a reference (q_d, q̇_d, q̈_d), model order.
-
-    ``kp``, ``kd`` are per-coordinate gains (1/s², 1/s). With ``friction_compensation`` the
-    URDF losses are added, at the measured velocity in gravity compensation and at the
-    reference velocity in computed torque: compensating friction from the measured (noisy, a
-    step late) velocity is a high-gain positive feedback on light links.
-
-    ``payload`` (a ``payload.PayloadEffort`` built for ``dynamics.model``) adds a payload the
-    model does not carry: its gravity in gravity compensation, its inverse dynamics at the
-    commanded acceleration in computed torque. A new payload is a new object assigned whole,
-    so the law never sees half of one.
-    """
-
-    dynamics: Dynamics
-    mode: str = "gravity_compensation"
-    kp: np.ndarray | None = None
-    kd: np.ndarray | None = None
-    friction_compensation: bool = False
-    payload: PayloadEffort | None = None
-
-    def __post_init__(self) -> None:
-        model = self.dynamics.model
-        if self.mode not in CONTROL_MODES:
-            raise ControllerError(f"mode must be one of {CONTROL_MODES}, not {self.mode!r}")
-        self.kp = np.zeros(model.nv) if self.kp is None else np.asarray(self.kp, float)
-        self.kd = np.zeros(model.nv) if self.kd is None else np.asarray(self.kd, float)
-        self.continuous = continuous_mask(model)
-        self._wrap = bool(self.continuous.any())
-
-    def effort(self, q: np.ndarray, v: np.ndarray, q_d: np.ndarray | None = None,
-               v_d: np.ndarray | None = None,
-               a_d: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
-        """(τ, q_d − q): τ unclamped, the position error None in gravity compensation."""
-        model = self.dynamics.model
-        payload = self.payload
-        if self.mode == "gravity_compensation":
-            tau, error, v_friction = self.dynamics.gravity(q), None, v
-            if payload is not None:
-                tau = tau + payload.gravity(q)
-        else:
-            error = q_d - q
-            if self._wrap:
-                error = position_error(model, q_d, q, self.continuous)
-            a_command = a_d + self.kd * (v_d - v) + self.kp * error
-            tau = self.dynamics.rnea(q, v, a_command)
-            if payload is not None:
-                tau = tau + payload.effort(q, v, a_command)
-            v_friction = v_d
-        if self.friction_compensation:
-            tau = tau + friction_compensation(model, v_friction)
-        return tau, error
-
-
-def _coefficients(T: float, p0, v0, a0, p1, v1, a1) -> np.ndarray:
-    """Rows c0..c5 of the ros2_controllers spline p(t) = Σ c_k t^k on [0, T] (T > 0)."""
-    c = np.zeros((6, len(p0)))
-    if v0 is None or v1 is None:  # linear
-        c[0], c[1] = p0, (p1 - p0) / T
-    elif a0 is None or a1 is None:  # cubic Hermite
-        c[0], c[1] = p0, v0
-        c[2] = (3 * (p1 - p0) - T * (2 * v0 + v1)) / T**2
-        c[3] = (2 * (p0 - p1) + T * (v0 + v1)) / T**3
-    else:  # quintic, boundary p, v, a at both ends
-        T2, T3, T4, T5 = T**2, T**3, T**4, T**5
-        c[0], c[1], c[2] = p0, v0, 0.5 * a0
-        c[3] = (20 * (p1 - p0) - (8 * v1 + 12 * v0) * T - (3 * a0 - a1) * T2) / (2 * T3)
-        c[4] = (30 * (p0 - p1) + (14 * v1 + 16 * v0) * T + (3 * a0 - 2 * a1) * T2) / (2 * T4)
-        c[5] = (12 * (p1 - p0) - 6 * (v1 + v0) * T - (a0 - a1) * T2) / (2 * T5)
-    return c
-
-
-def _segment(t: float, T: float, p0, v0, a0, p1, v1, a1):
-    """Position, velocity, acceleration at t ∈ [0, T] of the ros2_controllers spline (t may be
-    an array of times, shape (m, 1))."""
-    if T <= 0.0:
-        return p1.copy(), np.zeros_like(p1) if v1 is None else v1.copy(), np.zeros_like(p1)
-    c0, c1, c2, c3, c4, c5 = _coefficients(T, p0, v0, a0, p1, v1, a1)
-    pos = c0 + t * (c1 + t * (c2 + t * (c3 + t * (c4 + t * c5))))
-    vel = c1 + t * (2 * c2 + t * (3 * c3 + t * (4 * c4 + t * 5 * c5)))
-    acc = 2 * c2 + t * (6 * c3 + t * (12 * c4 + t * 20 * c5))
-    return pos, vel, acc
-
-
-def _basis(t: float) -> np.ndarray:
-    """d^i/dt^i of [1, t, …, t⁵] for i = 0, 1, 2: (basis @ coefficients) = (p, ṗ, p̈) at t."""
-    t2 = t * t
-    t3 = t2 * t
-    return np.array([[1.0, t, t2, t3, t3 * t, t3 * t2],
-                     [0.0, 1.0, 2 * t, 3 * t2, 4 * t3, 5 * t3 * t],
-                     [0.0, 0.0, 2.0, 6 * t, 12 * t2, 20 * t3]])
-
-
-# ----------------------------------------------------------------------------- trajectories
-
-
-class TrajectoryError(ValueError):
-    """A trajectory that cannot be followed; the message says which field is wrong."""
-
-
-@dataclass(frozen=True)
-class TrajectoryPoint:
-    """One point of a joint trajectory (fields left None are not given)."""
-    time: float  # seconds from the trajectory start
-    positions: np.ndarray
-    velocities: np.ndarray | None = None
-    accelerations: np.ndarray | None = None
-
-
-def _check_values(values, n: int, field: str, k: int) -> np.ndarray:
-    arr = finite_array(values, f"point {k}: {field}", error=TrajectoryError).reshape(-1)
-    if arr.size != n:
-        raise TrajectoryError(f"point {k}: {field} has {arr.size} values, expected {n}")
-    return arr
-
-
-class TrajectorySampler:
-    """A joint trajectory anchored at ``start_time`` and the state it started from.
-
-    Points are held as arrays and the segment at a time is found by bisection, so a sample
-    costs the same for 2 points or 20,000 (the control loop samples once per state); the
-    polynomial of the segment last sampled is kept, so consecutive samples in one segment
-    cost one small matrix product (equal to ``_segment`` to rounding).
-    """
-
-    def __init__(
-        self,
-        points: Sequence[TrajectoryPoint],
-        start_time: float,
-        start_positions: np.ndarray,
-        start_velocities: np.ndarray | None = None,
-    ):
-        if not points:
-            raise TrajectoryError("trajectory has no points")
-        if len(points) > MAX_TRAJECTORY_POINTS:
-            raise TrajectoryError(f"trajectory has {len(points)} points; at most "
-                                  f"{MAX_TRAJECTORY_POINTS}")
-        n = len(start_positions)
-        times = [float(point.time) for point in points]
-        for k, t in enumerate(times):
-            if not math.isfinite(t) or t < 0:
-                raise TrajectoryError(f"point {k}: time_from_start {t} must be finite and ≥ 0")
-            if k and t <= times[k - 1]:
-                raise TrajectoryError(f"point {k}: time_from_start {t} is not after "
-                                      f"point {k - 1}'s {times[k - 1]}")
-        self.times = [0.0, *times]  # row 0 is the start state
-        self.positions = np.empty((len(points) + 1, n))
-        self.velocities = np.zeros((len(points) + 1, n))
-        self.accelerations = np.zeros((len(points) + 1, n))
-        # which rows carry velocities / accelerations: they choose each segment's spline
-        self.has_velocity = np.zeros(len(points) + 1, dtype=bool)
-        self.has_acceleration = np.zeros(len(points) + 1, dtype=bool)
-        for k, point in enumerate(points, start=1):
-            self.positions[k] = _check_values(point.positions, n, "positions", k - 1)
-            if point.velocities is not None:
-                self.velocities[k] = _check_values(point.velocities, n, "velocities", k - 1)
-                self.has_velocity[k] = True
-            if point.accelerations is not None:
-                self.accelerations[k] = _check_values(point.accelerations, n, "accelerations",
-                                                      k - 1)
-                self.has_acceleration[k] = True
-        self.start_time = float(start_time)
-        # the spline toward the first point starts from the measured state with the same
-        # derivatives the first point carries (ros2_controllers does the same)
-        self.positions[0] = start_positions
-        if start_velocities is not None:
-            self.velocities[0] = start_velocities
-        self.has_velocity[0], self.has_acceleration[0] = self.has_velocity[1], \
-            self.has_acceleration[1]
-        self._segment_coefficients: tuple[int, np.ndarray | None] = (-1, None)
-
-    @property
-    def end_time(self) -> float:
-        return self.start_time + self.times[-1]
-
-    def _row(self, k: int):
-        return (self.positions[k], self.velocities[k] if self.has_velocity[k] else None,
-                self.accelerations[k] if self.has_acceleration[k] else None)
-
-    def sample(self, now: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
-        """(q_d, q̇_d, q̈_d, finished) at time ``now``; after the end the last point is held."""
-        # before the start (a state stamped before the trajectory arrived) is the start
-        t = max(now - self.start_time, 0.0)
-        if t >= self.times[-1]:
-            hold = np.zeros(self.positions.shape[1])
-            return self.positions[-1].copy(), hold, hold.copy(), True
-        k = bisect.bisect_right(self.times, t)  # times[k-1] ≤ t < times[k]
-        before, after = self.times[k - 1], self.times[k]
-        if after <= before:
-            return (*_segment(t - before, after - before, *self._row(k - 1), *self._row(k)),
-                    False)
-        cached = self._segment_coefficients  # one (index, c) tuple: safe across threads
-        if cached[0] != k:
-            cached = (k, _coefficients(after - before, *self._row(k - 1), *self._row(k)))
-            self._segment_coefficients = cached
-        # p, ṗ, p̈ in one product: a sample costs a few µs, not ~30 numpy calls
-        pos, vel, acc = _basis(t - before) @ cached[1]
-        return pos, vel, acc, False
-
-
-# ----------------------------------------------------------------------------- the controller
 
 
 @dataclass
@@ -501,7 +226,7 @@ class JointController:
             if values is None:
                 return None
             full = base.copy()
-            full[columns] = _check_values(values, len(names), field, k)
+            full[columns] = check_point_field(values, len(names), field, k)
             return full
 
         try:
@@ -607,20 +332,3 @@ class JointController:
         if (command != wanted).any():
             clamped = [name for name, c, t in zip(self.joints, command, wanted) if c != t]
         return ControlOutput(command, clamped, error if self._every_joint else error[self.index])
-
-
-def check_gains(gains, name: str, count: int | None = None) -> np.ndarray:
-    """Gains as a finite, non-negative array: one value (every joint) or ``count`` values;
-    without a ``count`` (no model yet) only the values are checked."""
-    try:
-        values = np.atleast_1d(np.asarray(gains, dtype=float))
-    except (TypeError, ValueError):
-        raise ControllerError(f"{name} must be numbers, got {gains!r}") from None
-    if values.ndim != 1 or values.size == 0:
-        raise ControllerError(f"{name} needs at least one value")
-    if not np.all(np.isfinite(values)) or np.any(values < 0):
-        raise ControllerError(f"{name} must be finite and ≥ 0, got {values.tolist()}")
-    if count is not None and values.size not in (1, count):
-        raise ControllerError(f"{name} needs 1 or {count} values (one per commanded joint), "
-                              f"got {values.size}")
-    return np.full(count, values[0]) if count is not None and values.size == 1 else values
