@@ -193,3 +193,16 @@ def test_non_numeric_and_unknown_link(model):
         D.rnea(model, q, v, v, {"nowhere": np.zeros(6)})
     with pytest.raises(ValueError, match=r"f_ext\['l2'\] must have length 6"):
         D.rnea(model, q, v, v, {"l2": np.zeros(3)})
+
+
+def test_coordinate_indices_by_joint_name(model):
+    names = ["prop_joint", "j2"]  # after a planar and a free-flyer joint, q and v differ
+    assert model.position_indices(names).tolist() == [15, 1]
+    assert model.velocity_indices(names).tolist() == [14, 1]
+    assert model.velocity_indices([]).tolist() == []
+    with pytest.raises(ValueError, match=r"\['nope'\] are not independent joints of model"):
+        model.velocity_indices(["j1", "nope"])
+    with pytest.raises(ValueError, match=r"\['finger_joint'\] follow the joints they mimic"):
+        model.position_indices(["finger_joint"])
+    with pytest.raises(ValueError, match=r"\['drone_joint'\] have more than one coordinate"):
+        model.velocity_indices(["drone_joint"])

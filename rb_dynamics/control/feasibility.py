@@ -25,7 +25,7 @@ import numpy as np
 
 from rb_dynamics.dynamics import Payload, PayloadEffort
 from rb_dynamics.dynamics import reference as dynamics
-from rb_dynamics.model import Model, finite_array
+from rb_dynamics.model import ONE_DOF_KINDS, Model, finite_array
 
 from .trajectory import MAX_TRAJECTORY_POINTS, evaluate_spline, spline_coefficients
 
@@ -114,7 +114,7 @@ def _dynamics(model_or_backend):
 
 
 def _check_model(model: Model) -> None:
-    if model.floating_base or any(k not in ("revolute", "prismatic") for k in model.joint_kinds):
+    if model.floating_base or any(k not in ONE_DOF_KINDS for k in model.joint_kinds):
         raise ValueError("trajectories are for fixed-base models whose joints are revolute or "
                          f"prismatic; this one has {sorted(set(model.joint_kinds))} joints")
 
@@ -245,7 +245,7 @@ class _Tracker:
 
     def __init__(self, model: Model):
         self.model = model
-        self.names = [model.joint_names[model.joint_v_index.index(i)] for i in range(model.nv)]
+        self.names = list(model.joint_names)  # 1-DoF joints only: joint k is coordinate k
         self.effort_limit = np.where(model.effort_limit > 0, model.effort_limit, np.inf)
         self.velocity_limit = np.where(model.velocity_limit > 0, model.velocity_limit, np.inf)
         self.effort_ratio = np.zeros(model.nv)

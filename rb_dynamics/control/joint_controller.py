@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rb_dynamics.dynamics import Dynamics, make_dynamics
-from rb_dynamics.model import Model
+from rb_dynamics.model import ONE_DOF_KINDS, Model
 
 from .law import CONTROL_MODES, ControlLaw, ControllerError, check_gains
 from .trajectory import (
@@ -61,29 +61,20 @@ class JointController:
         max_state_age: float = 0.1,
         dynamics: Dynamics | None = None,
     ):
-        if any(kind not in ("revolute", "prismatic") for kind in model.joint_kinds):
+        if any(kind not in ONE_DOF_KINDS for kind in model.joint_kinds):
             raise ControllerError(
                 "the controller drives fixed-base arms; this model has "
                 f"{sorted(set(model.joint_kinds))} joints"
             )
         self.model = model
         self.joints = list(model.actuated_joint_names) if joints is None else list(joints)
-        unknown = [n for n in self.joints if n not in model.joint_names]
-        if unknown:
-            hint = (
-                " (mimic joints follow their leader)"
-                if set(unknown) & set(model.mimic_joints)
-                else ""
-            )
-            raise ControllerError(
-                f"joints {unknown} are not independent joints of the "
-                f"model{hint}; known: {model.joint_names}"
-            )
+        try:
+            self.index = model.velocity_indices(self.joints)
+        except ValueError as exc:
+            raise ControllerError(str(exc)) from None
         if len(set(self.joints)) != len(self.joints):
             raise ControllerError(f"joints {self.joints} has repeated names")
-        self.index = np.array([model.joint_v_index[model.joint_index(n)] for n in self.joints],
-                              dtype=int)
-        self.state_index = {n: model.joint_q_index[k] for k, n in enumerate(model.joint_names)}
+        self.state_index = dict(zip(model.joint_names, model.joint_q_index))
         self.law = ControlLaw(dynamics or make_dynamics(model), mode,
                               friction_compensation=bool(friction_compensation))
         self.set_gains(kp, kd)

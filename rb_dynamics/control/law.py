@@ -43,8 +43,7 @@ def wrap_angle(x: np.ndarray) -> np.ndarray:
 def _continuous_mask(model: Model) -> np.ndarray:
     """Over v: True on the coordinates of continuous (unbounded revolute) joints."""
     mask = np.zeros(model.nv, dtype=bool)
-    for name in model.continuous_joints:
-        mask[model.joint_v_index[model.joint_index(name)]] = True
+    mask[model.velocity_indices(model.continuous_joints)] = True
     return mask
 
 

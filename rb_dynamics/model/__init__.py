@@ -10,6 +10,7 @@ from .checks import (
 )
 from .joints import (
     JOINT_DIMENSIONS,
+    ONE_DOF_KINDS,
     JointModel,
     jcalc,
     motion_subspace,
@@ -84,6 +85,7 @@ __all__ = [
     "MAX_MAGNITUDE",
     "MAX_URDF_BYTES",
     "Model",
+    "ONE_DOF_KINDS",
     "POSITION",
     "TOPIC_PLUGINS",
     "URDFError",

@@ -393,12 +393,10 @@ class CommandLayout:
                          ) -> tuple[np.ndarray, np.ndarray]:
         """q and v with the block's state ``initial_value``s (position, velocity) put in."""
         q, v = np.array(q, dtype=float), np.array(v, dtype=float)
-        for j, name in enumerate(self.joints):
-            k = model.joint_index(name)
-            for f, state, index in ((POSITION, q, model.joint_q_index[k]),
-                                    (VELOCITY, v, model.joint_v_index[k])):
-                if math.isfinite(self.initial_state[f, j]):
-                    state[index] = self.initial_state[f, j]
+        for f, state, index in ((POSITION, q, model.position_indices(self.joints)),
+                                (VELOCITY, v, model.velocity_indices(self.joints))):
+            given = np.isfinite(self.initial_state[f])
+            state[index[given]] = self.initial_state[f, given]
         return q, v
 
     def allows(self, joint: str, field_name: str) -> bool:
@@ -471,9 +469,9 @@ def _effort_only(model: Model) -> CommandLayout:
 
 def _with_ranges(model: Model, layout: CommandLayout,
                  declared: dict[str, JointInterfaces]) -> CommandLayout:
-    for j, name in enumerate(layout.joints):
-        k = model.joint_index(name)
-        qi, vi = model.joint_q_index[k], model.joint_v_index[k]
+    q_index = model.position_indices(layout.joints)
+    v_index = model.velocity_indices(layout.joints)
+    for j, (name, qi, vi) in enumerate(zip(layout.joints, q_index, v_index)):
         joint = declared.get(name)
         by_name = {i.name: i for i in joint.command} if joint else {}
         lower, upper = model.position_lower[qi], model.position_upper[qi]

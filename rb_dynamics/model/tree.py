@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .joints import JointModel, motion_subspace
+from .joints import ONE_DOF_KINDS, JointModel, motion_subspace
 from .spatial import mcI, plux, rotation_about_axis
 from .xml_reading import URDFError
 
@@ -115,9 +115,7 @@ class Model:
     @property
     def actuated_joint_names(self) -> list[str]:
         """Independent 1-DoF joints, in tree order: what a joint-space controller drives."""
-        return [
-            n for n, k in zip(self.joint_names, self.joint_kinds) if k in ("revolute", "prismatic")
-        ]
+        return [n for n, k in zip(self.joint_names, self.joint_kinds) if k in ONE_DOF_KINDS]
 
     def forward_dynamics_problem(self) -> str | None:
         """Why q̈ is undefined for this model (a joint that moves no inertia), or None.
@@ -133,10 +131,40 @@ class Model:
                 + " that carry no mass or inertia (give them an <inertial>)")
 
     def joint_index(self, name: str) -> int:
+        """Position of independent joint ``name`` in ``joint_names``; KeyError if it is none."""
         try:
             return self.joint_names.index(name)
         except ValueError:
             raise KeyError(f"unknown joint {name!r}; joints are {self.joint_names}") from None
+
+    def velocity_indices(self, names: Sequence[str]) -> np.ndarray:
+        """Where each named 1-DoF joint's velocity sits in v: an int array in ``names`` order.
+
+        Raises ValueError naming the joints that are not independent 1-DoF joints of the model
+        (unknown, fixed, mimic followers, free-flyer or planar).
+        """
+        return self._coordinate_indices(names, self.joint_v_index)
+
+    def position_indices(self, names: Sequence[str]) -> np.ndarray:
+        """Where each named 1-DoF joint's position sits in q: an int array in ``names`` order.
+
+        Raises ValueError as ``velocity_indices`` does.
+        """
+        return self._coordinate_indices(names, self.joint_q_index)
+
+    def _coordinate_indices(self, names: Sequence[str], index: list[int]) -> np.ndarray:
+        joint = {name: k for k, name in enumerate(self.joint_names)}
+        unknown = [n for n in names if n not in joint]
+        if unknown:
+            mimic = [n for n in unknown if n in self.mimic_joints]
+            hint = f" ({mimic} follow the joints they mimic)" if mimic else ""
+            raise ValueError(f"joints {unknown} are not independent joints of model "
+                             f"{self.name!r}{hint}; its joints are {self.joint_names}")
+        multi = [n for n in names if self.joint_kinds[joint[n]] not in ONE_DOF_KINDS]
+        if multi:
+            raise ValueError(f"joints {multi} have more than one coordinate; a coordinate "
+                             "index names a revolute or prismatic joint")
+        return np.array([index[joint[n]] for n in names], dtype=int)
 
     def neutral_configuration(self) -> np.ndarray:
         q = np.zeros(self.nq)

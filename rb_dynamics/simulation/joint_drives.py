@@ -82,10 +82,6 @@ class ServoGains:
             raise ValueError("servo gains: kp and kd must be finite, non-negative, one per joint")
 
 
-def _v_index(model: Model, joints: list[str]) -> np.ndarray:
-    return np.array([model.joint_v_index[model.joint_index(n)] for n in joints], dtype=int)
-
-
 def servo_gains(model: Model, q: np.ndarray, joints: list[str],
                 bandwidth: float = DEFAULT_BANDWIDTH,
                 damping_ratio: float = DEFAULT_DAMPING_RATIO,
@@ -97,7 +93,7 @@ def servo_gains(model: Model, q: np.ndarray, joints: list[str],
     if not (damping_ratio > 0 and math.isfinite(damping_ratio)):
         raise ValueError(f"servo damping_ratio must be positive and finite, got {damping_ratio}")
     M = dynamics.crba(model, q) if mass_matrix is None else mass_matrix
-    inertia = np.diag(M)[_v_index(model, joints)]
+    inertia = np.diag(M)[model.velocity_indices(joints)]
     kp = inertia * bandwidth**2
     kd = 2 * damping_ratio * inertia * bandwidth
     for name, (p, d) in (overrides or {}).items():
@@ -120,7 +116,7 @@ def step_spectral_radius(model: Model, q: np.ndarray, joints: list[str], gains: 
     double integrator) v⁺ = v + hWτ, q⁺ = q + hv + h²/2·Wτ.
     """
     M = dynamics.crba(model, q) if mass_matrix is None else mass_matrix
-    nv, vi = model.nv, _v_index(model, joints)
+    nv, vi = model.nv, model.velocity_indices(joints)
     K, D = np.zeros((nv, nv)), np.zeros((nv, nv))
     K[vi, vi] = np.where(stiff, gains.kp, 0.0)
     D[vi, vi] = np.where(damped, gains.kd, 0.0)
@@ -178,9 +174,8 @@ class JointDrives:
         self.model, self.layout, self.gains = model, layout, gains
         self.command_timeout = float(command_timeout)
         self.gravity = gravity  # g(q) feed-forward on the servoed joints; None: off
-        self.v_index = _v_index(model, layout.joints)
-        self.q_index = np.array([model.joint_q_index[model.joint_index(n)]
-                                 for n in layout.joints], dtype=int)
+        self.v_index = model.velocity_indices(layout.joints)
+        self.q_index = model.position_indices(layout.joints)
         self.effort_limit = model.effort_limit[self.v_index]
         self._lowest = -self.effort_limit
         self.active = np.zeros((3, n), dtype=bool)  # which fields the joint's command sets
@@ -268,7 +263,7 @@ def make_drives(model: Model, layout: CommandLayout, q0: np.ndarray, *, dt: floa
     gains = servo_gains(model, q0, layout.joints, bandwidth, damping_ratio, M, overrides)
     stiff, damped = _servoed(layout)
     if damped.any():
-        inertia = np.diag(M)[_v_index(model, layout.joints)]
+        inertia = np.diag(M)[model.velocity_indices(layout.joints)]
         light = [n for n, m, s in zip(layout.joints, inertia, damped) if s and not m > 0]
         if light:
             raise ValueError(f"joints {light} have no inertia: a servo cannot drive them")

@@ -32,7 +32,7 @@ import numpy as np
 
 from rb_dynamics.dynamics import ConstraintSet, Dynamics
 from rb_dynamics.dynamics import reference as dynamics
-from rb_dynamics.model import Model, quat_to_matrix, skew
+from rb_dynamics.model import ONE_DOF_KINDS, Model, quat_to_matrix, skew
 
 __all__ = [
     "INTEGRATORS",
@@ -130,7 +130,7 @@ def apply_position_limits(model: Model, q: np.ndarray, v: np.ndarray) -> tuple[n
     q, v = q.copy(), v.copy()
     hit = np.zeros(model.nv, dtype=bool)
     for kind, qi, vi in zip(model.joint_kinds, model.joint_q_index, model.joint_v_index):
-        if kind not in ("revolute", "prismatic"):
+        if kind not in ONE_DOF_KINDS:
             continue
         lower, upper = model.position_lower[qi], model.position_upper[qi]
         if q[qi] < lower:
@@ -274,9 +274,6 @@ class Trace:
         return len(self.a)
 
 
-ONE_COORDINATE_JOINTS = ("revolute", "prismatic")
-
-
 def compiled_steps(dyn: Dynamics, method: str, *, losses: bool = True, limits: bool = True,
                    constraints: ConstraintSet | None = None,
                    f_ext=None) -> CompiledSteps | None:
@@ -286,7 +283,7 @@ def compiled_steps(dyn: Dynamics, method: str, *, losses: bool = True, limits: b
     kernels = getattr(dyn, "kernels", None)
     if (kernels is None or not hasattr(kernels, "rollout") or constraints or f_ext
             or method not in INTEGRATORS
-            or not all(kind in ONE_COORDINATE_JOINTS for kind in dyn.model.joint_kinds)):
+            or not all(kind in ONE_DOF_KINDS for kind in dyn.model.joint_kinds)):
         return None
     return CompiledSteps(dyn, kernels, method, losses, limits)
 
