@@ -119,10 +119,6 @@ def _check_model(model: Model) -> None:
                          f"prismatic; this one has {sorted(set(model.joint_kinds))} joints")
 
 
-def _array(x, shape: tuple[int, ...], name: str) -> np.ndarray:
-    return finite_array(x, name, shape)
-
-
 def _trajectory(model: Model, times, positions, velocities, accelerations):
     """Checked (t, q, q̇ or None, q̈ or None); times strictly increasing."""
     _check_model(model)
@@ -132,30 +128,28 @@ def _trajectory(model: Model, times, positions, velocities, accelerations):
         raise ValueError("times must be a sequence of numbers") from None
     if not 1 <= n <= MAX_TRAJECTORY_POINTS:
         raise ValueError(f"a trajectory needs 1 to {MAX_TRAJECTORY_POINTS} points, got {n}")
-    t = _array(times, (n,), "times")
+    t = finite_array(times, "times", (n,))
     steps = np.diff(t)
     if np.any(steps <= 0):
         k = int(np.argmax(steps <= 0)) + 1
         raise ValueError(f"times: point {k} ({t[k]:g} s) is not after point {k - 1} "
                          f"({t[k - 1]:g} s)")
     shape = (n, model.nv)
-    q = _array(positions, shape, "positions")
-    v = None if velocities is None else _array(velocities, shape, "velocities")
-    a = None if accelerations is None else _array(accelerations, shape, "accelerations")
+    q = finite_array(positions, "positions", shape)
+    v = None if velocities is None else finite_array(velocities, "velocities", shape)
+    a = None if accelerations is None else finite_array(accelerations, "accelerations", shape)
     return t, q, v, a
 
 
 # ----------------------------------------------------------------------------- the spline
 
 
-def _row(x, k):
-    return None if x is None else x[k]
-
-
 def _segment(t, q, v, a, k) -> np.ndarray:
-    """``spline_coefficients`` of the segment from point k to point k + 1."""
-    return spline_coefficients(t[k + 1] - t[k], q[k], _row(v, k), _row(a, k),
-                               q[k + 1], _row(v, k + 1), _row(a, k + 1))
+    """``spline_coefficients`` of the segment from point k to point k + 1 (v, a: None when the
+    points carry no velocities, accelerations)."""
+    start, end = ((q[j], None if v is None else v[j], None if a is None else a[j])
+                  for j in (k, k + 1))
+    return spline_coefficients(t[k + 1] - t[k], *start, *end)
 
 
 def _point_states(t, q, v, a):
@@ -352,7 +346,7 @@ def feasibility_report(
                          f"{MAX_CHECKED_STATES} checked states; lower samples_per_segment")
     q_pts, v_pts, a_pts = _point_states(t, q, v, a)
     payload_effort = _payload_effort(model, payload)
-    tau_pts = (_array(efforts, q.shape, "efforts") if efforts is not None
+    tau_pts = (finite_array(efforts, "efforts", q.shape) if efforts is not None
                else trajectory_efforts(model_or_backend, t, q_pts, v_pts, a_pts, payload))
     tracker = _Tracker(model)
     _check_along(tracker, rnea, payload_effort, (t, q, v, a), (q_pts, v_pts, tau_pts),

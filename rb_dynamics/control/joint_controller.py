@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rb_dynamics.dynamics import Dynamics, make_dynamics
-from rb_dynamics.model import ONE_DOF_KINDS, Model
+from rb_dynamics.model import ONE_DOF_KINDS, Model, check_choice
 
 from .law import CONTROL_MODES, ControlLaw, ControllerError, check_gains
 from .trajectory import (
@@ -112,8 +112,7 @@ class JointController:
         return self.law.kd
 
     def set_mode(self, mode: str) -> None:
-        if mode not in CONTROL_MODES:
-            raise ControllerError(f"mode must be one of {CONTROL_MODES}, not {mode!r}")
+        check_choice(mode, CONTROL_MODES, "mode", ControllerError)
         if mode != self.law.mode:  # a new mode starts by holding where the arm is
             self.trajectory, self.hold_position = None, None
         self.law.mode = mode

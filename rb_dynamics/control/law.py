@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rb_dynamics.dynamics import Dynamics, PayloadEffort
-from rb_dynamics.model import Model
+from rb_dynamics.model import Model, check_choice
 
 __all__ = [
     "CONTROL_MODES",
@@ -110,8 +110,7 @@ class ControlLaw:
 
     def __post_init__(self) -> None:
         model = self.dynamics.model
-        if self.mode not in CONTROL_MODES:
-            raise ControllerError(f"mode must be one of {CONTROL_MODES}, not {self.mode!r}")
+        check_choice(self.mode, CONTROL_MODES, "mode", ControllerError)
         self.kp = np.zeros(model.nv) if self.kp is None else np.asarray(self.kp, float)
         self.kd = np.zeros(model.nv) if self.kd is None else np.asarray(self.kd, float)
         self.continuous = _continuous_mask(model)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rb_dynamics.model import finite_array
+from rb_dynamics.model import finite_vector
 
 __all__ = [
     "MAX_TRAJECTORY_POINTS",
@@ -52,10 +52,7 @@ class TrajectoryPoint:
 def check_point_field(values, count: int, field: str, point: int) -> np.ndarray:
     """Field ``field`` (``positions``, ``velocities``, ``accelerations``) of point ``point``
     as a flat float array of ``count`` finite values; else ``TrajectoryError`` naming both."""
-    arr = finite_array(values, f"point {point}: {field}", error=TrajectoryError).reshape(-1)
-    if arr.size != count:
-        raise TrajectoryError(f"point {point}: {field} has {arr.size} values, expected {count}")
-    return arr
+    return finite_vector(values, f"point {point}: {field}", count, TrajectoryError)
 
 
 # ----------------------------------------------------------------------------- the spline

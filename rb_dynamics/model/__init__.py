@@ -6,7 +6,10 @@ Needs only NumPy. Nothing here imports another layer of the package.
 """
 
 from .checks import (
+    check_choice,
+    check_positive,
     finite_array,
+    finite_vector,
 )
 from .joints import (
     JOINT_DIMENSIONS,
@@ -92,10 +95,13 @@ __all__ = [
     "URDF_JOINT_KINDS",
     "VELOCITY",
     "build_model",
+    "check_choice",
+    "check_positive",
     "command_layout",
     "crf",
     "crm",
     "finite_array",
+    "finite_vector",
     "force_apply_transpose",
     "jcalc",
     "joint_command_modes",

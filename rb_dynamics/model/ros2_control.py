@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .checks import check_choice
 from .tree import Model
 from .xml_reading import URDFError, parse_number, parse_xml, read_source
 
@@ -501,8 +502,7 @@ def command_layout(model: Model, systems: Sequence[HardwareSystem],
     view) or ``"effort"``. Raises ``URDFError`` for a block joint the model does not have (or
     has as fixed / multi-DoF with commands) and for mimic inconsistencies, as ros2_control does.
     """
-    if absent not in ("passive", "effort"):
-        raise ValueError(f"absent must be 'passive' or 'effort', not {absent!r}")
+    check_choice(absent, ("passive", "effort"), "absent")
     if not systems:
         return _effort_only(model)
     layout = _effort_only(model)

@@ -48,9 +48,11 @@ from rb_dynamics.model import (
     CommandLayout,
     JointCommand,
     Model,
+    check_choice,
+    check_positive,
 )
 
-from .simulator import Simulator
+from .simulator import INTEGRATORS, Simulator
 
 __all__ = [
     "DEFAULT_BANDWIDTH",
@@ -88,10 +90,8 @@ def servo_gains(model: Model, q: np.ndarray, joints: list[str],
                 mass_matrix: np.ndarray | None = None,
                 overrides: Mapping[str, tuple[float, float]] | None = None) -> ServoGains:
     """kp = M_ii ω², kd = 2ζ M_ii ω at configuration q; ``overrides``: {joint: (kp, kd)}."""
-    if not (bandwidth > 0 and math.isfinite(bandwidth)):
-        raise ValueError(f"servo bandwidth must be positive and finite, got {bandwidth}")
-    if not (damping_ratio > 0 and math.isfinite(damping_ratio)):
-        raise ValueError(f"servo damping_ratio must be positive and finite, got {damping_ratio}")
+    check_positive(bandwidth, "servo bandwidth")
+    check_positive(damping_ratio, "servo damping_ratio")
     M = dynamics.crba(model, q) if mass_matrix is None else mass_matrix
     inertia = np.diag(M)[model.velocity_indices(joints)]
     kp = inertia * bandwidth**2
@@ -124,12 +124,10 @@ def step_spectral_radius(model: Model, q: np.ndarray, joints: list[str], gains: 
     force = -np.hstack([W @ K, W @ D])  # Wτ as a function of (δq, δv)
     eye = np.eye(nv)
     v_next = np.hstack([np.zeros((nv, nv)), eye]) + dt * force
-    if integrator == "semi_implicit_euler":
+    if check_choice(integrator, INTEGRATORS, "integrator") == "semi_implicit_euler":
         q_next = np.hstack([eye, np.zeros((nv, nv))]) + dt * v_next
-    elif integrator == "rk4":
+    else:  # rk4
         q_next = np.hstack([eye, dt * eye]) + 0.5 * dt**2 * force
-    else:
-        raise ValueError(f"integrator must be semi_implicit_euler or rk4, not {integrator!r}")
     return float(np.max(np.abs(np.linalg.eigvals(np.vstack([q_next, v_next])))))
 
 

@@ -32,7 +32,14 @@ import numpy as np
 
 from rb_dynamics.dynamics import ConstraintSet, Dynamics
 from rb_dynamics.dynamics import reference as dynamics
-from rb_dynamics.model import ONE_DOF_KINDS, Model, quat_to_matrix, skew
+from rb_dynamics.model import (
+    ONE_DOF_KINDS,
+    Model,
+    check_choice,
+    check_positive,
+    quat_to_matrix,
+    skew,
+)
 
 __all__ = [
     "INTEGRATORS",
@@ -220,8 +227,8 @@ def step(
     every acceleration is the constrained one (``f_ext`` is then not used; ``t`` is the time
     the constraints see).
     """
-    if not (dt > 0 and math.isfinite(dt)):
-        raise ValueError(f"dt must be positive and finite, got {dt}")
+    check_positive(dt, "dt")
+    check_choice(method, INTEGRATORS, "integrator")
     model = dyn.model
 
     def accel(qs, vs):
@@ -247,8 +254,6 @@ def step(
         v_next = v + dt / 6.0 * (a1 + 2 * a2 + 2 * a3 + a4)
         q_next = integrate(model, q, (v + 2 * v2 + 2 * v3 + v4) / 6.0, dt)
         a = a1
-    else:
-        raise ValueError(f"integrator must be one of {INTEGRATORS}, not {method!r}")
     hit = np.zeros(model.nv, dtype=bool)
     if limits:
         q_next, v_next, hit = apply_position_limits(model, q_next, v_next)
@@ -342,10 +347,8 @@ class Simulator:
     def __init__(self, dyn: Dynamics, dt: float = 1e-3, integrator: str = "semi_implicit_euler",
                  q0: np.ndarray | None = None, v0: np.ndarray | None = None,
                  command_timeout: float = 0.5, constraints: ConstraintSet | None = None):
-        if integrator not in INTEGRATORS:
-            raise ValueError(f"integrator must be one of {INTEGRATORS}, not {integrator!r}")
-        if not (dt > 0 and math.isfinite(dt)):
-            raise ValueError(f"dt must be positive and finite, got {dt}")
+        check_choice(integrator, INTEGRATORS, "integrator")
+        check_positive(dt, "dt")
         model = dyn.model
         self.dynamics, self.model, self.dt, self.integrator = dyn, model, float(dt), integrator
         self.command_timeout = float(command_timeout)
