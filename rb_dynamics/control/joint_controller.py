@@ -36,6 +36,7 @@ _NO_CONTEXT = contextlib.nullcontext()
 @dataclass
 class ControlOutput:
     """One effort command and what came with it."""
+
     effort: np.ndarray  # in the controller's joint order, clamped to the effort limits
     clamped: list[str]  # joints whose effort hit a limit
     position_error: np.ndarray  # q_d − q in the controller's joint order (zeros in gravity mode)
@@ -45,8 +46,12 @@ class JointController:
     """Gravity compensation and computed torque for a fixed-base arm, mapped by joint name.
 
     The state and the reference arrive by name in any order; commands leave in the order of
-    ``joints`` (a model without actuated joints has nothing to command: empty commands).
-    Nothing is computed from a state older than ``max_state_age`` seconds.
+    ``joints`` (default: every actuated joint; a model without one has nothing to command:
+    empty commands). ``kp``, ``kd``: gains in 1/s² and 1/s, one per joint or one for all.
+    Times are seconds on the caller's clock; nothing is computed from a state older than
+    ``max_state_age``. ``dynamics`` defaults to ``make_dynamics(model)``. Raises
+    ``ControllerError`` for a model with joints other than revolute or prismatic, for joints
+    unknown or named twice, and for an unknown ``mode`` or invalid gains.
     """
 
     def __init__(
@@ -263,7 +268,7 @@ class JointController:
         reference = () if law.mode == "gravity_compensation" else self.reference(reference_time)
         self.last_reference = reference or None
         # overflow is refused below, with its cause; gravity alone is one kernel call and no
-        # numpy arithmetic, so it needs no errstate (~1 µs)
+        # numpy arithmetic, so it skips the cost of entering an errstate
         quiet = np.errstate(all="ignore") if reference or law.friction_compensation \
             else _NO_CONTEXT
         self.healthy = False

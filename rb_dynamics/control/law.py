@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rb_dynamics.dynamics import Dynamics, PayloadEffort
-from rb_dynamics.model import Model, check_choice
+from rb_dynamics.model import COULOMB_SMOOTHING, Model, check_choice
 
 __all__ = [
     "CONTROL_MODES",
@@ -70,10 +70,11 @@ def friction_compensation(
     v: np.ndarray,
     viscous: bool = True,
     coulomb: bool = True,
-    smoothing_velocity: float = 0.1,
+    smoothing_velocity: float = COULOMB_SMOOTHING,
 ) -> np.ndarray:
-    """Damping·q̇ + friction·tanh(q̇/ε): the URDF <dynamics> losses, smoothed through zero
-    exactly as the simulator models them (``simulation.COULOMB_SMOOTHING``)."""
+    """Damping·q̇ + friction·tanh(q̇/ε), N·m or N over v: the URDF <dynamics> losses at
+    velocity ``v``, smoothed through zero as the simulator models them (ε = ``smoothing_velocity``,
+    rad/s or m/s)."""
     tau = np.zeros(model.nv)
     if viscous:
         tau += model.damping * v
@@ -95,10 +96,10 @@ class ControlLaw:
     reference velocity in computed torque: compensating friction from the measured (noisy, a
     step late) velocity is a high-gain positive feedback on light links.
 
-    ``payload`` (a ``payload.PayloadEffort`` built for ``dynamics.model``) adds a payload the
-    model does not carry: its gravity in gravity compensation, its inverse dynamics at the
-    commanded acceleration in computed torque. A new payload is a new object assigned whole,
-    so the law never sees half of one.
+    ``payload`` (a ``rb_dynamics.dynamics.PayloadEffort`` built for ``dynamics.model``) adds a
+    payload the model does not carry: its gravity in gravity compensation, its inverse
+    dynamics at the commanded acceleration in computed torque. A new payload is a new object
+    assigned whole, so the law never sees half of one.
     """
 
     dynamics: Dynamics

@@ -48,6 +48,7 @@ from .spatial import (
     transform_parts,
 )
 from .tree import (
+    COULOMB_SMOOTHING,
     DEFAULT_GRAVITY,
     MAX_BODIES,
     URDF_JOINT_KINDS,
@@ -72,6 +73,7 @@ from .xml_reading import (
 
 __all__ = [
     "COMMAND_FIELDS",
+    "COULOMB_SMOOTHING",
     "CommandLayout",
     "DEFAULT_GRAVITY",
     "EFFORT",

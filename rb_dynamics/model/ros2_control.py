@@ -17,11 +17,11 @@ does) and the initial values. ``CommandLayout.decode`` reads a JointState comman
 both layouts it arrives in (see there).
 
 Conventions (documented in the README):
-- no block: every movable joint takes efforts, as before;
+- no block: every movable joint takes efforts;
 - with blocks: a joint takes exactly the fields of its command interfaces; a movable joint in no
   block is passive (no command, zero effort), as in ros2_control, where such a joint has no
-  interface, and in gz_ros2_control, which leaves it unactuated. ``absent="effort"`` keeps the
-  old behaviour for those joints instead;
+  interface, and in gz_ros2_control, which leaves it unactuated. ``absent="effort"`` makes those
+  joints take efforts instead;
 - a joint that mimics another in the URDF is driven through its leader: ros2_control itself
   refuses command interfaces on it unless ``mimic="false"``; with ``mimic="false"`` its command
   interfaces are ignored here, with a warning (the model couples it rigidly).

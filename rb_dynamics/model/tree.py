@@ -23,6 +23,7 @@ from .spatial import mcI, plux, rotation_about_axis
 from .xml_reading import URDFError
 
 __all__ = [
+    "COULOMB_SMOOTHING",
     "DEFAULT_GRAVITY",
     "MAX_BODIES",
     "URDF_JOINT_KINDS",
@@ -34,6 +35,11 @@ __all__ = [
 ]
 
 DEFAULT_GRAVITY = (0.0, 0.0, -9.81)  # m/s², world frame
+# A joint's Coulomb friction (``Model.friction``) acts as friction·tanh(q̇/ε), ε this many rad/s
+# or m/s, in the simulator and in the controller's friction compensation alike, so that
+# compensation cancels it exactly. A sharper ε makes the friction of light links (wrists) too
+# stiff for explicit integration at a 1 ms step.
+COULOMB_SMOOTHING = 0.1
 # Bodies (moving joints) per model: a humanoid has ~40; the generated kernels grow ~n², and the
 # reference algorithms ~n, so a description this large is refused rather than stalling a node.
 MAX_BODIES = 1000
@@ -58,10 +64,16 @@ class Frame:
 
 @dataclass
 class Model:
-    """A plain system model: everything the algorithms need, nothing they don't."""
+    """A plain system model: everything the algorithms need, nothing they don't.
+
+    Made by ``build_model`` (``load_model`` for a URDF); the algorithms only read it. Bodies are
+    numbered regularly (``parent[i] < i``, -1 the world); q (nq) and v (nv) hold the
+    independent joints only, each joint's coordinates from ``joint_q_index`` /
+    ``joint_v_index`` (``position_indices`` / ``velocity_indices`` by name). SI units.
+    """
 
     name: str
-    gravity: np.ndarray
+    gravity: np.ndarray  # (3,) m/s², world frame
     # --- the tree, one entry per body (Featherstone's λ, joint type, X_T, I) ---
     parent: list[int]
     joint: list[JointModel]
@@ -81,14 +93,14 @@ class Model:
     joint_kinds: list[str]
     joint_q_index: list[int]
     joint_v_index: list[int]
-    position_lower: np.ndarray  # (nq,)
-    position_upper: np.ndarray  # (nq,)
-    velocity_limit: np.ndarray  # (nv,)
-    effort_limit: np.ndarray  # (nv,)
-    damping: np.ndarray  # (nv,)
-    friction: np.ndarray  # (nv,)
-    frames: dict[str, Frame]
-    mimic_joints: dict[str, tuple[str, float, float]]
+    position_lower: np.ndarray  # (nq,) rad or m, -inf where unlimited
+    position_upper: np.ndarray  # (nq,) rad or m, inf where unlimited
+    velocity_limit: np.ndarray  # (nv,) rad/s or m/s, inf where unlimited
+    effort_limit: np.ndarray  # (nv,) N·m or N, inf where unlimited
+    damping: np.ndarray  # (nv,) viscous, N·m·s/rad or N·s/m
+    friction: np.ndarray  # (nv,) Coulomb, N·m or N (smoothed by COULOMB_SMOOTHING)
+    frames: dict[str, Frame]  # every link, by name
+    mimic_joints: dict[str, tuple[str, float, float]]  # follower → (leader, multiplier, offset)
     root_link: str
     floating_base: bool
     continuous_joints: list[str] = field(default_factory=list)
@@ -98,18 +110,22 @@ class Model:
 
     @property
     def n_bodies(self) -> int:
+        """Bodies in the tree (one per moving joint, mimic followers included)."""
         return len(self.parent)
 
     @property
     def has_mimic(self) -> bool:
+        """Whether any body's joint follows another joint's coordinate."""
         return any(m is not None for m in self.body_mimic)
 
     @property
     def body_masses(self) -> np.ndarray:
+        """Mass of each body, kg (its welded links included)."""
         return np.array([inertia[5, 5] for inertia in self.inertia])
 
     @property
     def total_mass(self) -> float:
+        """Mass of all bodies, kg (links welded to the world not counted)."""
         return float(self.body_masses.sum())
 
     @property
@@ -167,6 +183,7 @@ class Model:
         return np.array([index[joint[n]] for n in names], dtype=int)
 
     def neutral_configuration(self) -> np.ndarray:
+        """q with every coordinate 0 and every free-flyer quaternion the identity."""
         q = np.zeros(self.nq)
         for kind, qi in zip(self.joint_kinds, self.joint_q_index):
             if kind == "free":
@@ -174,6 +191,7 @@ class Model:
         return q
 
     def summary(self) -> str:
+        """A few lines for a log: sizes, mass, base, gravity, then each joint's limits."""
         lines = [
             (
                 f"model {self.name!r}: {self.n_bodies} bodies, nq={self.nq}, nv={self.nv}, "

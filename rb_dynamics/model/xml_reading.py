@@ -2,7 +2,7 @@
 """Reading a robot description safely: its text, its XML and its numbers, or a ``URDFError``.
 
 Shared by the URDF reader (``urdf.py``) and the ``<ros2_control>`` reader
-(``hardware_interfaces.py``), so that both refuse the same oversized files, DTDs and
+(``ros2_control.py``), so that both refuse the same oversized files, DTDs and
 implausible numbers with the same messages.
 """
 

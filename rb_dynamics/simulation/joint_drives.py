@@ -215,7 +215,7 @@ class JointDrives:
 
     def joint_efforts(self, q: np.ndarray, v: np.ndarray, t: float) -> np.ndarray:
         """τ per joint of the layout (see the module docstring), clamped to the effort limits."""
-        if not self._servoing:  # efforts only (no block): a few µs per step, not ~20
+        if not self._servoing:  # efforts only (no block): the cheap path, every step
             tau = self.target[EFFORT] * (self.active[EFFORT] & (t - self.stamp
                                                                 <= self.command_timeout))
             return np.minimum(np.maximum(tau, self._lowest), self.effort_limit)

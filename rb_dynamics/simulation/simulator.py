@@ -33,6 +33,7 @@ import numpy as np
 from rb_dynamics.dynamics import ConstraintSet, Dynamics
 from rb_dynamics.dynamics import reference as dynamics
 from rb_dynamics.model import (
+    COULOMB_SMOOTHING,
     ONE_DOF_KINDS,
     Model,
     check_choice,
@@ -57,10 +58,6 @@ __all__ = [
 ]
 
 INTEGRATORS = ("semi_implicit_euler", "rk4")
-# Coulomb friction is friction·tanh(q̇/ε) with ε = 0.1 rad/s, here and in the controller's
-# friction compensation, so that a controller with compensation cancels it exactly. A sharper
-# ε makes the friction of light links (wrists) too stiff for explicit integration at 1 ms.
-COULOMB_SMOOTHING = 0.1
 
 
 def _so3_left_jacobian(phi: np.ndarray) -> np.ndarray:
@@ -220,12 +217,13 @@ def step(
     constraints: ConstraintSet | None = None,
     t: float = 0.0,
 ) -> SimulationStep:
-    """One integration step of length ``dt`` under the constant torque ``tau``.
+    """One integration step of ``dt`` seconds under the constant effort ``tau`` (N·m or N).
 
-    ``dyn`` is the model's dynamics (``rb_dynamics.backend``). Semi-implicit Euler treats the
-    joint losses linearly implicitly (see ``_accel_implicit_losses``). With ``constraints``,
-    every acceleration is the constrained one (``f_ext`` is then not used; ``t`` is the time
-    the constraints see).
+    ``dyn`` is the model's dynamics (``rb_dynamics.dynamics``); ``method`` one of
+    ``INTEGRATORS``. Semi-implicit Euler treats the joint losses linearly implicitly (see
+    ``_accel_implicit_losses``). With ``constraints``, every acceleration is the constrained
+    one (``f_ext`` is then not used; ``t`` is the time the constraints see). Raises ValueError
+    for a ``dt`` that is not positive and finite or an unknown ``method``.
     """
     check_positive(dt, "dt")
     check_choice(method, INTEGRATORS, "integrator")
@@ -340,8 +338,12 @@ class CompiledSteps:
 class Simulator:
     """A model's state advanced in fixed steps under held effort commands.
 
-    Commands are clamped to the effort limits and fall back to zero ``command_timeout`` seconds
-    (of simulated time) after the last one, so a dead controller leaves a limp, not a stuck, arm.
+    ``dt`` seconds per step with one of ``INTEGRATORS``; the state starts at ``q0``, ``v0``
+    (default: the neutral configuration at rest). Commands (N·m or N over v) are clamped to
+    the effort limits and fall back to zero ``command_timeout`` seconds (of simulated time)
+    after the last one, so a dead controller leaves a limp, not a stuck, arm. Raises
+    ValueError for an unknown integrator, a ``dt`` that is not positive and finite, and
+    states or commands of the wrong size or not finite.
     """
 
     def __init__(self, dyn: Dynamics, dt: float = 1e-3, integrator: str = "semi_implicit_euler",
