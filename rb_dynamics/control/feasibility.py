@@ -25,7 +25,7 @@ import numpy as np
 
 from rb_dynamics.dynamics import Payload, PayloadEffort
 from rb_dynamics.dynamics import reference as dynamics
-from rb_dynamics.model import ONE_DOF_KINDS, Model, finite_array
+from rb_dynamics.model import Model, finite_array
 
 from .trajectory import MAX_TRAJECTORY_POINTS, evaluate_spline, spline_coefficients
 
@@ -114,7 +114,7 @@ def _dynamics(model_or_backend):
 
 
 def _check_model(model: Model) -> None:
-    if model.floating_base or any(k not in ONE_DOF_KINDS for k in model.joint_kinds):
+    if not model.only_one_dof_joints:
         raise ValueError("trajectories are for fixed-base models whose joints are revolute or "
                          f"prismatic; this one has {sorted(set(model.joint_kinds))} joints")
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rb_dynamics.dynamics import Dynamics, make_dynamics
-from rb_dynamics.model import ONE_DOF_KINDS, Model, check_choice
+from rb_dynamics.model import Model, check_choice
 
 from .law import CONTROL_MODES, ControlLaw, ControllerError, check_gains
 from .trajectory import (
@@ -66,7 +66,7 @@ class JointController:
         max_state_age: float = 0.1,
         dynamics: Dynamics | None = None,
     ):
-        if any(kind not in ONE_DOF_KINDS for kind in model.joint_kinds):
+        if not model.only_one_dof_joints:
             raise ControllerError(
                 "the controller drives fixed-base arms; this model has "
                 f"{sorted(set(model.joint_kinds))} joints"

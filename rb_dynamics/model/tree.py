@@ -129,6 +129,12 @@ class Model:
         return float(self.body_masses.sum())
 
     @property
+    def only_one_dof_joints(self) -> bool:
+        """Whether every independent joint is revolute or prismatic (a fixed-base model whose
+        joint k is coordinate k of q and of v)."""
+        return all(kind in ONE_DOF_KINDS for kind in self.joint_kinds)
+
+    @property
     def actuated_joint_names(self) -> list[str]:
         """Independent 1-DoF joints, in tree order: what a joint-space controller drives."""
         return [n for n, k in zip(self.joint_names, self.joint_kinds) if k in ONE_DOF_KINDS]

@@ -286,7 +286,7 @@ def compiled_steps(dyn: Dynamics, method: str, *, losses: bool = True, limits: b
     kernels = getattr(dyn, "kernels", None)
     if (kernels is None or not hasattr(kernels, "rollout") or constraints or f_ext
             or method not in INTEGRATORS
-            or not all(kind in ONE_DOF_KINDS for kind in dyn.model.joint_kinds)):
+            or not dyn.model.only_one_dof_joints):
         return None
     return CompiledSteps(dyn, kernels, method, losses, limits)
 
