@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The robot model: spatial algebra, joint models, the kinematic tree (``Model``), the URDF
-reader and the ``<ros2_control>`` interfaces it declares, and the input checks.
+"""The robot model: spatial algebra (``spatial``), joint models (``joints``), the kinematic
+tree (``tree``: ``Model``, ``build_model``), the URDF reader (``urdf``: ``load_model``, on the
+safe XML and number readers of ``xml_reading``), the ``<ros2_control>`` interfaces a URDF
+declares (``ros2_control``) and the input checks (``checks``).
 
 Needs only NumPy. Nothing here imports another layer of the package.
 """
