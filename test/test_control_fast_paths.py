@@ -1,22 +1,25 @@
 # SPDX-License-Identifier: Apache-2.0
 """The per-state shortcuts of ``rb_dynamics.control`` against the plain computations they
-replace: the sampler's cached segment polynomial against ``_segment``, the controller's cached
-joint-state columns and effort limits against a state mapped and clamped by hand."""
+replace: the sampler's cached segment polynomial against the segment's spline evaluated afresh
+(by NumPy's polynomial module), the controller's cached joint-state columns and effort limits
+against a state mapped and clamped by hand."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
+import numpy.polynomial.polynomial as P
 import pytest
 from pin_oracle import REAL_ROBOTS, robots_dir
 
-from rb_dynamics.control.controller import (
+from rb_dynamics.control import (
     ControllerError,
     JointController,
     TrajectoryPoint,
     TrajectorySampler,
-    _segment,
+    evaluate_spline,
+    spline_coefficients,
 )
 from rb_dynamics.model import load_model
 
@@ -39,12 +42,31 @@ def test_sampler_equals_the_segment_formula_at_any_time(fields):
                      rng.uniform(0, times[-1], 100)]
     for t in instants:
         k = int(np.searchsorted(sampler.times, t, side="right"))
-        before, after = sampler.times[k - 1], sampler.times[k]
-        expected = _segment(t - before, after - before, *sampler._row(k - 1), *sampler._row(k))
+        before = sampler.times[k - 1]
+        c = sampler.segment(k)
+        expected = [P.polyval(t - before, P.polyder(c, m)) for m in range(3)]
         got = sampler.sample(2.0 + t)
         assert got[3] is False
         for x, y in zip(got[:3], expected):
             np.testing.assert_allclose(x, y, rtol=1e-12, atol=1e-12 * (1 + np.abs(y).max()))
+
+
+@pytest.mark.parametrize("fields", ["p", "pv", "pva"])
+def test_spline_meets_the_end_points_it_is_given(fields):
+    rng = np.random.default_rng(5)
+    start, end = rng.normal(size=(3, 4)), rng.normal(size=(3, 4))
+    given = [True, "v" in fields, "a" in fields]
+    c = spline_coefficients(0.7, *(x if g else None for x, g in zip(start, given)),
+                            *(x if g else None for x, g in zip(end, given)))
+    at_start, at_end = evaluate_spline(c, 0.0), evaluate_spline(c, 0.7)
+    both = evaluate_spline(c, np.array([0.0, 0.7]))  # an array of times: one row per time
+    for m in range(3):
+        np.testing.assert_allclose(both[m], [at_start[m], at_end[m]], rtol=1e-15, atol=0)
+        if given[m]:
+            np.testing.assert_allclose(at_start[m], start[m], atol=1e-12)
+            np.testing.assert_allclose(at_end[m], end[m], atol=1e-12)
+    with pytest.raises(ValueError, match="positive duration"):
+        spline_coefficients(0.0, *start, *end)
 
 
 def test_joint_state_columns_are_cached_but_every_message_is_checked(panda):

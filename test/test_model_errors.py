@@ -10,7 +10,13 @@ import pytest
 from urdf_samples import kitchen_sink_urdf
 
 from rb_dynamics.dynamics import reference as D
-from rb_dynamics.model import URDFError, load_model
+from rb_dynamics.model import (
+    URDFError,
+    check_choice,
+    check_positive,
+    finite_vector,
+    load_model,
+)
 
 LINK = (
     '<link name="{}"><inertial><mass value="1"/>'
@@ -193,3 +199,34 @@ def test_non_numeric_and_unknown_link(model):
         D.rnea(model, q, v, v, {"nowhere": np.zeros(6)})
     with pytest.raises(ValueError, match=r"f_ext\['l2'\] must have length 6"):
         D.rnea(model, q, v, v, {"l2": np.zeros(3)})
+
+
+def test_coordinate_indices_by_joint_name(model):
+    names = ["prop_joint", "j2"]  # after a planar and a free-flyer joint, q and v differ
+    assert model.position_indices(names).tolist() == [15, 1]
+    assert model.velocity_indices(names).tolist() == [14, 1]
+    assert model.velocity_indices([]).tolist() == []
+    with pytest.raises(ValueError, match=r"\['nope'\] are not independent joints of model"):
+        model.velocity_indices(["j1", "nope"])
+    with pytest.raises(ValueError, match=r"\['finger_joint'\] follow the joints they mimic"):
+        model.position_indices(["finger_joint"])
+    with pytest.raises(ValueError, match=r"\['drone_joint'\] have more than one coordinate"):
+        model.velocity_indices(["drone_joint"])
+
+
+def test_input_checks_name_the_argument():
+    class Refused(ValueError):
+        pass
+
+    assert finite_vector([[1], [2]], "x", 2).tolist() == [1.0, 2.0]
+    with pytest.raises(Refused, match="^x has 3 values, expected 2$"):
+        finite_vector([1, 2, 3], "x", 2, Refused)
+    with pytest.raises(ValueError, match=r"x contains NaN or inf \(x\[1\] = nan\)"):
+        finite_vector([1, np.nan], "x", 2)
+    assert check_positive(2, "dt") == 2.0
+    for bad in (0.0, -1.0, np.inf, np.nan, "fast", None):
+        with pytest.raises(ValueError, match="^dt must be positive and finite, got"):
+            check_positive(bad, "dt")
+    assert check_choice("rk4", ("euler", "rk4"), "integrator") == "rk4"
+    with pytest.raises(Refused, match=r"^integrator must be one of \('euler', 'rk4'\), not 'x'$"):
+        check_choice("x", ["euler", "rk4"], "integrator", Refused)

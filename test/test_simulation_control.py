@@ -117,8 +117,7 @@ def test_wrap_angle_range():
 def test_continuous_joint_errors_wrap():
     model = load_model(kitchen_sink_urdf(with_planar=False, with_floating=False))
     q_d, q = np.zeros(model.nv), np.zeros(model.nv)
-    j2 = model.joint_v_index[model.joint_index("j2")]  # continuous
-    j1 = model.joint_v_index[model.joint_index("j1")]  # revolute
+    j2, j1 = model.velocity_indices(["j2", "j1"])  # continuous, revolute
     q_d[j2] = q_d[j1] = 3.0
     q[j2] = q[j1] = -3.0
     err = position_error(model, q_d, q)

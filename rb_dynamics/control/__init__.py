@@ -1,25 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Control without ROS: the control law (gravity compensation, computed torque), trajectory
-sampling, tolerances and the feasibility of a trajectory against the URDF's limits.
+"""Control without ROS: the control law, gravity compensation and computed torque (``law``);
+joint trajectories, their spline and sampler (``trajectory``); ``JointController``, both
+mapped by joint name (``joint_controller``); and the feasibility of a trajectory against the
+URDF's limits (``feasibility``).
 
 Imports ``rb_dynamics.dynamics`` and ``rb_dynamics.model``.
 """
 
-from .controller import (
-    CONTROL_MODES,
-    MAX_TRAJECTORY_POINTS,
-    ControlLaw,
-    ControllerError,
-    ControlOutput,
-    JointController,
-    TrajectoryError,
-    TrajectoryPoint,
-    TrajectorySampler,
-    clamp_effort,
-    friction_compensation,
-    position_error,
-    wrap_angle,
-)
 from .feasibility import (
     DEFAULT_SAMPLES_PER_SEGMENT,
     MAX_CHECKED_STATES,
@@ -28,6 +15,29 @@ from .feasibility import (
     Violation,
     feasibility_report,
     trajectory_efforts,
+)
+from .joint_controller import (
+    ControlOutput,
+    JointController,
+)
+from .law import (
+    CONTROL_MODES,
+    ControlLaw,
+    ControllerError,
+    check_gains,
+    clamp_effort,
+    friction_compensation,
+    position_error,
+    wrap_angle,
+)
+from .trajectory import (
+    MAX_TRAJECTORY_POINTS,
+    TrajectoryError,
+    TrajectoryPoint,
+    TrajectorySampler,
+    check_point_field,
+    evaluate_spline,
+    spline_coefficients,
 )
 
 __all__ = [
@@ -45,10 +55,14 @@ __all__ = [
     "TrajectoryPoint",
     "TrajectorySampler",
     "Violation",
+    "check_gains",
+    "check_point_field",
     "clamp_effort",
+    "evaluate_spline",
     "feasibility_report",
     "friction_compensation",
     "position_error",
+    "spline_coefficients",
     "trajectory_efforts",
     "wrap_angle",
 ]

@@ -5,7 +5,7 @@
 ``feasibility_report`` checks positions, velocities and efforts against the URDF limits at the
 points and between them.
 
-The motion between the points is the spline the controller follows (``control._segment``,
+The motion between the points is the spline the controller follows (``trajectory.py``,
 ros2_controllers' joint trajectory controller): quintic when the points carry positions,
 velocities and accelerations, cubic with positions and velocities, linear with positions
 only, starting at the first point (the arm is taken to be there at ``times[0]``). Where the
@@ -27,7 +27,7 @@ from rb_dynamics.dynamics import Payload, PayloadEffort
 from rb_dynamics.dynamics import reference as dynamics
 from rb_dynamics.model import Model, finite_array
 
-from .controller import MAX_TRAJECTORY_POINTS, _segment
+from .trajectory import MAX_TRAJECTORY_POINTS, evaluate_spline, spline_coefficients
 
 __all__ = [
     "DEFAULT_SAMPLES_PER_SEGMENT",
@@ -114,13 +114,9 @@ def _dynamics(model_or_backend):
 
 
 def _check_model(model: Model) -> None:
-    if model.floating_base or any(k not in ("revolute", "prismatic") for k in model.joint_kinds):
+    if not model.only_one_dof_joints:
         raise ValueError("trajectories are for fixed-base models whose joints are revolute or "
                          f"prismatic; this one has {sorted(set(model.joint_kinds))} joints")
-
-
-def _array(x, shape: tuple[int, ...], name: str) -> np.ndarray:
-    return finite_array(x, name, shape)
 
 
 def _trajectory(model: Model, times, positions, velocities, accelerations):
@@ -132,24 +128,28 @@ def _trajectory(model: Model, times, positions, velocities, accelerations):
         raise ValueError("times must be a sequence of numbers") from None
     if not 1 <= n <= MAX_TRAJECTORY_POINTS:
         raise ValueError(f"a trajectory needs 1 to {MAX_TRAJECTORY_POINTS} points, got {n}")
-    t = _array(times, (n,), "times")
+    t = finite_array(times, "times", (n,))
     steps = np.diff(t)
     if np.any(steps <= 0):
         k = int(np.argmax(steps <= 0)) + 1
         raise ValueError(f"times: point {k} ({t[k]:g} s) is not after point {k - 1} "
                          f"({t[k - 1]:g} s)")
     shape = (n, model.nv)
-    q = _array(positions, shape, "positions")
-    v = None if velocities is None else _array(velocities, shape, "velocities")
-    a = None if accelerations is None else _array(accelerations, shape, "accelerations")
+    q = finite_array(positions, "positions", shape)
+    v = None if velocities is None else finite_array(velocities, "velocities", shape)
+    a = None if accelerations is None else finite_array(accelerations, "accelerations", shape)
     return t, q, v, a
 
 
 # ----------------------------------------------------------------------------- the spline
 
 
-def _row(x, k):
-    return None if x is None else x[k]
+def _segment(t, q, v, a, k) -> np.ndarray:
+    """``spline_coefficients`` of the segment from point k to point k + 1 (v, a: None when the
+    points carry no velocities, accelerations)."""
+    start, end = ((q[j], None if v is None else v[j], None if a is None else a[j])
+                  for j in (k, k + 1))
+    return spline_coefficients(t[k + 1] - t[k], *start, *end)
 
 
 def _point_states(t, q, v, a):
@@ -159,8 +159,7 @@ def _point_states(t, q, v, a):
     acc = np.zeros_like(q) if a is None else a.copy()
     if v is None or a is None:
         for k in range(n - 1):  # the last point is held: zero unless given
-            _, v_k, a_k = _segment(0.0, t[k + 1] - t[k], q[k], _row(v, k), _row(a, k),
-                                   q[k + 1], _row(v, k + 1), _row(a, k + 1))
+            _, v_k, a_k = evaluate_spline(_segment(t, q, v, a, k), 0.0)
             if v is None:
                 vel[k] = v_k
             if a is None:
@@ -173,18 +172,15 @@ def _grid_states(t, q, v, a, segments: range, samples: int):
     if not segments:
         empty = np.empty((0, q.shape[1]))
         return np.empty(0), empty, empty, empty, np.empty(0, dtype=int)
-    fractions = np.arange(1, samples + 1)[:, None] / samples
+    fractions = np.arange(1, samples + 1) / samples
     times, qs, vs, accs, owner = [], [], [], [], []
     for k in segments:
-        T = t[k + 1] - t[k]
-        local = fractions * T
-        p_k, v_k, a_k = _segment(local, T, q[k], _row(v, k), _row(a, k),
-                                 q[k + 1], _row(v, k + 1), _row(a, k + 1))
-        shape = (samples, q.shape[1])
-        times.append(t[k] + local[:, 0])
-        qs.append(np.broadcast_to(p_k, shape))
-        vs.append(np.broadcast_to(v_k, shape))
-        accs.append(np.broadcast_to(a_k, shape))
+        local = fractions * (t[k + 1] - t[k])
+        p_k, v_k, a_k = evaluate_spline(_segment(t, q, v, a, k), local)
+        times.append(t[k] + local)
+        qs.append(p_k)
+        vs.append(v_k)
+        accs.append(a_k)
         owner.append(np.full(samples, k))
     return (np.concatenate(times), np.concatenate(qs), np.concatenate(vs),
             np.concatenate(accs), np.concatenate(owner))
@@ -222,8 +218,10 @@ def trajectory_efforts(
 ) -> np.ndarray:
     """Efforts (N, nv) at the trajectory's points by inverse dynamics (with the payload if
     given). Missing velocities or accelerations come from the controller's spline (module
-    docstring). ``model_or_backend``: a Model (reference RNEA) or a backend such as
-    ``backend.compile_dynamics(model)`` (its batched kernels)."""
+    docstring). ``model_or_backend``: a Model (reference RNEA) or a dynamics object such as
+    ``rb_dynamics.dynamics.compile_dynamics(model)`` (its batched kernels). Raises ValueError
+    for a model that is not fixed-base with revolute or prismatic joints, and for times that
+    are not increasing or arrays that are not (N, nv) finite numbers."""
     model, rnea = _dynamics(model_or_backend)
     t, q, v, a = _trajectory(model, times, positions, velocities, accelerations)
     q, vel, acc = _point_states(t, q, v, a)
@@ -243,7 +241,7 @@ class _Tracker:
 
     def __init__(self, model: Model):
         self.model = model
-        self.names = [model.joint_names[model.joint_v_index.index(i)] for i in range(model.nv)]
+        self.names = list(model.joint_names)  # 1-DoF joints only: joint k is coordinate k
         self.effort_limit = np.where(model.effort_limit > 0, model.effort_limit, np.inf)
         self.velocity_limit = np.where(model.velocity_limit > 0, model.velocity_limit, np.inf)
         self.effort_ratio = np.zeros(model.nv)
@@ -350,7 +348,7 @@ def feasibility_report(
                          f"{MAX_CHECKED_STATES} checked states; lower samples_per_segment")
     q_pts, v_pts, a_pts = _point_states(t, q, v, a)
     payload_effort = _payload_effort(model, payload)
-    tau_pts = (_array(efforts, q.shape, "efforts") if efforts is not None
+    tau_pts = (finite_array(efforts, "efforts", q.shape) if efforts is not None
                else trajectory_efforts(model_or_backend, t, q_pts, v_pts, a_pts, payload))
     tracker = _Tracker(model)
     _check_along(tracker, rnea, payload_effort, (t, q, v, a), (q_pts, v_pts, tau_pts),

@@ -34,8 +34,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rb_dynamics.model import crf, crm, finite_array, mcI, skew, transform_parts
-from rb_dynamics.model.urdf import MAX_MAGNITUDE, Model
+from rb_dynamics.model import (
+    MAX_MAGNITUDE,
+    Model,
+    crf,
+    crm,
+    finite_array,
+    mcI,
+    skew,
+    transform_parts,
+)
 
 from . import reference as dynamics
 

@@ -1,16 +1,31 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The robot model: spatial algebra, joint models, the kinematic tree (``Model``), the URDF
-reader and the ``<ros2_control>`` interfaces it declares, and the input checks.
+"""The robot model: spatial algebra (``spatial``), joint models (``joints``), the kinematic
+tree (``tree``: ``Model``, ``build_model``), the URDF reader (``urdf``: ``load_model``, on the
+safe XML and number readers of ``xml_reading``), the ``<ros2_control>`` interfaces a URDF
+declares (``ros2_control``) and the input checks (``checks``).
 
 Needs only NumPy. Nothing here imports another layer of the package.
 """
 
 from .checks import (
+    check_choice,
+    check_positive,
     finite_array,
+    finite_vector,
 )
-from .hardware_interfaces import (
+from .joints import (
+    JOINT_DIMENSIONS,
+    ONE_DOF_KINDS,
+    JointModel,
+    jcalc,
+    motion_subspace,
+)
+from .ros2_control import (
     COMMAND_FIELDS,
+    EFFORT,
+    POSITION,
     TOPIC_PLUGINS,
+    VELOCITY,
     CommandLayout,
     HardwareSystem,
     Interface,
@@ -19,12 +34,6 @@ from .hardware_interfaces import (
     command_layout,
     joint_command_modes,
     read_ros2_control,
-)
-from .joints import (
-    JOINT_DIMENSIONS,
-    JointModel,
-    jcalc,
-    motion_subspace,
 )
 from .spatial import (
     crf,
@@ -40,32 +49,63 @@ from .spatial import (
     skew,
     transform_parts,
 )
-from .urdf import (
+from .tree import (
+    COULOMB_SMOOTHING,
     DEFAULT_GRAVITY,
+    MAX_BODIES,
+    URDF_JOINT_KINDS,
     Frame,
+    JointDescription,
+    LinkDescription,
     Model,
-    URDFError,
+    build_model,
+)
+from .urdf import (
     load_model,
+)
+from .xml_reading import (
+    MAX_MAGNITUDE,
+    MAX_URDF_BYTES,
+    URDFError,
+    parse_number,
+    parse_numbers,
+    parse_xml,
+    read_source,
 )
 
 __all__ = [
     "COMMAND_FIELDS",
+    "COULOMB_SMOOTHING",
     "CommandLayout",
     "DEFAULT_GRAVITY",
+    "EFFORT",
     "Frame",
     "HardwareSystem",
     "Interface",
     "JOINT_DIMENSIONS",
     "JointCommand",
+    "JointDescription",
     "JointInterfaces",
     "JointModel",
+    "LinkDescription",
+    "MAX_BODIES",
+    "MAX_MAGNITUDE",
+    "MAX_URDF_BYTES",
     "Model",
+    "ONE_DOF_KINDS",
+    "POSITION",
     "TOPIC_PLUGINS",
     "URDFError",
+    "URDF_JOINT_KINDS",
+    "VELOCITY",
+    "build_model",
+    "check_choice",
+    "check_positive",
     "command_layout",
     "crf",
     "crm",
     "finite_array",
+    "finite_vector",
     "force_apply_transpose",
     "jcalc",
     "joint_command_modes",
@@ -73,10 +113,14 @@ __all__ = [
     "mcI",
     "motion_apply",
     "motion_subspace",
+    "parse_number",
+    "parse_numbers",
+    "parse_xml",
     "plux",
     "plux_inverse",
     "quat_to_matrix",
     "read_ros2_control",
+    "read_source",
     "rotation_about_axis",
     "rpy_to_matrix",
     "skew",

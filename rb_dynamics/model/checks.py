@@ -1,11 +1,19 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Input checks shared by the engine: numbers of the right shape, all finite, or a clear error."""
+"""Input checks shared by the engine: numbers of the right shape, all finite, positive where
+they must be, one of the allowed choices, or an error naming the argument.
+
+Each check returns the value as the engine uses it and raises ``error`` (``ValueError`` or a
+subclass the caller chooses) otherwise; nothing is changed when a check fails.
+"""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+
 import numpy as np
 
-__all__ = ["finite_array"]
+__all__ = ["check_choice", "check_positive", "finite_array", "finite_vector"]
 
 
 def finite_array(values, name: str, shape: tuple[int, ...] | None = None,
@@ -28,3 +36,37 @@ def finite_array(values, name: str, shape: tuple[int, ...] | None = None,
         index = ", ".join(map(str, at))
         raise error(f"{name} contains NaN or inf ({name}[{index}] = {arr[at]})")
     return arr
+
+
+def finite_vector(values, name: str, size: int, error: type[ValueError] = ValueError
+                  ) -> np.ndarray:
+    """``values`` flattened to a new float vector of ``size`` finite entries.
+
+    Otherwise ``error`` naming ``name``: ``finite_array``'s messages, or "name has k values,
+    expected size".
+    """
+    arr = finite_array(values, name, error=error).reshape(-1)
+    if arr.size != size:
+        raise error(f"{name} has {arr.size} values, expected {size}")
+    return arr
+
+
+def check_positive(value, name: str, error: type[ValueError] = ValueError) -> float:
+    """``value`` as a float when it is a finite number > 0; otherwise ``error``: "name must be
+    positive and finite, got value"."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise error(f"{name} must be positive and finite, got {value!r}") from None
+    if not (number > 0 and math.isfinite(number)):
+        raise error(f"{name} must be positive and finite, got {value}")
+    return number
+
+
+def check_choice(value, choices: Sequence[str], name: str,
+                 error: type[ValueError] = ValueError) -> str:
+    """``value`` when it is one of ``choices``; otherwise ``error``: "name must be one of
+    choices, not 'value'"."""
+    if value not in choices:
+        raise error(f"{name} must be one of {tuple(choices)}, not {value!r}")
+    return value

@@ -20,9 +20,11 @@ import numpy as np
 
 from .spatial import plux, quat_to_matrix, rotation_about_axis
 
-__all__ = ["JOINT_DIMENSIONS", "JointModel", "jcalc", "motion_subspace"]
+__all__ = ["JOINT_DIMENSIONS", "ONE_DOF_KINDS", "JointModel", "jcalc", "motion_subspace"]
 
 JOINT_DIMENSIONS = {"revolute": (1, 1), "prismatic": (1, 1), "planar": (3, 3), "free": (7, 6)}
+# the kinds with one coordinate (one entry in q and in v): what a joint-space controller drives
+ONE_DOF_KINDS = ("revolute", "prismatic")
 
 
 @dataclass(frozen=True)

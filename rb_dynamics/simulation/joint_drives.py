@@ -41,16 +41,18 @@ import numpy as np
 
 from rb_dynamics.dynamics import Dynamics, ReferenceDynamics
 from rb_dynamics.dynamics import reference as dynamics
-from rb_dynamics.model import Model
-from rb_dynamics.model.hardware_interfaces import (
+from rb_dynamics.model import (
     EFFORT,
     POSITION,
     VELOCITY,
     CommandLayout,
     JointCommand,
+    Model,
+    check_choice,
+    check_positive,
 )
 
-from .simulator import Simulator
+from .simulator import INTEGRATORS, Simulator
 
 __all__ = [
     "DEFAULT_BANDWIDTH",
@@ -82,22 +84,16 @@ class ServoGains:
             raise ValueError("servo gains: kp and kd must be finite, non-negative, one per joint")
 
 
-def _v_index(model: Model, joints: list[str]) -> np.ndarray:
-    return np.array([model.joint_v_index[model.joint_index(n)] for n in joints], dtype=int)
-
-
 def servo_gains(model: Model, q: np.ndarray, joints: list[str],
                 bandwidth: float = DEFAULT_BANDWIDTH,
                 damping_ratio: float = DEFAULT_DAMPING_RATIO,
                 mass_matrix: np.ndarray | None = None,
                 overrides: Mapping[str, tuple[float, float]] | None = None) -> ServoGains:
     """kp = M_ii ω², kd = 2ζ M_ii ω at configuration q; ``overrides``: {joint: (kp, kd)}."""
-    if not (bandwidth > 0 and math.isfinite(bandwidth)):
-        raise ValueError(f"servo bandwidth must be positive and finite, got {bandwidth}")
-    if not (damping_ratio > 0 and math.isfinite(damping_ratio)):
-        raise ValueError(f"servo damping_ratio must be positive and finite, got {damping_ratio}")
+    check_positive(bandwidth, "servo bandwidth")
+    check_positive(damping_ratio, "servo damping_ratio")
     M = dynamics.crba(model, q) if mass_matrix is None else mass_matrix
-    inertia = np.diag(M)[_v_index(model, joints)]
+    inertia = np.diag(M)[model.velocity_indices(joints)]
     kp = inertia * bandwidth**2
     kd = 2 * damping_ratio * inertia * bandwidth
     for name, (p, d) in (overrides or {}).items():
@@ -120,7 +116,7 @@ def step_spectral_radius(model: Model, q: np.ndarray, joints: list[str], gains: 
     double integrator) v⁺ = v + hWτ, q⁺ = q + hv + h²/2·Wτ.
     """
     M = dynamics.crba(model, q) if mass_matrix is None else mass_matrix
-    nv, vi = model.nv, _v_index(model, joints)
+    nv, vi = model.nv, model.velocity_indices(joints)
     K, D = np.zeros((nv, nv)), np.zeros((nv, nv))
     K[vi, vi] = np.where(stiff, gains.kp, 0.0)
     D[vi, vi] = np.where(damped, gains.kd, 0.0)
@@ -128,12 +124,10 @@ def step_spectral_radius(model: Model, q: np.ndarray, joints: list[str], gains: 
     force = -np.hstack([W @ K, W @ D])  # Wτ as a function of (δq, δv)
     eye = np.eye(nv)
     v_next = np.hstack([np.zeros((nv, nv)), eye]) + dt * force
-    if integrator == "semi_implicit_euler":
+    if check_choice(integrator, INTEGRATORS, "integrator") == "semi_implicit_euler":
         q_next = np.hstack([eye, np.zeros((nv, nv))]) + dt * v_next
-    elif integrator == "rk4":
+    else:  # rk4
         q_next = np.hstack([eye, dt * eye]) + 0.5 * dt**2 * force
-    else:
-        raise ValueError(f"integrator must be semi_implicit_euler or rk4, not {integrator!r}")
     return float(np.max(np.abs(np.linalg.eigvals(np.vstack([q_next, v_next])))))
 
 
@@ -178,9 +172,8 @@ class JointDrives:
         self.model, self.layout, self.gains = model, layout, gains
         self.command_timeout = float(command_timeout)
         self.gravity = gravity  # g(q) feed-forward on the servoed joints; None: off
-        self.v_index = _v_index(model, layout.joints)
-        self.q_index = np.array([model.joint_q_index[model.joint_index(n)]
-                                 for n in layout.joints], dtype=int)
+        self.v_index = model.velocity_indices(layout.joints)
+        self.q_index = model.position_indices(layout.joints)
         self.effort_limit = model.effort_limit[self.v_index]
         self._lowest = -self.effort_limit
         self.active = np.zeros((3, n), dtype=bool)  # which fields the joint's command sets
@@ -222,7 +215,7 @@ class JointDrives:
 
     def joint_efforts(self, q: np.ndarray, v: np.ndarray, t: float) -> np.ndarray:
         """τ per joint of the layout (see the module docstring), clamped to the effort limits."""
-        if not self._servoing:  # efforts only (no block): a few µs per step, not ~20
+        if not self._servoing:  # efforts only (no block): the cheap path, every step
             tau = self.target[EFFORT] * (self.active[EFFORT] & (t - self.stamp
                                                                 <= self.command_timeout))
             return np.minimum(np.maximum(tau, self._lowest), self.effort_limit)
@@ -268,7 +261,7 @@ def make_drives(model: Model, layout: CommandLayout, q0: np.ndarray, *, dt: floa
     gains = servo_gains(model, q0, layout.joints, bandwidth, damping_ratio, M, overrides)
     stiff, damped = _servoed(layout)
     if damped.any():
-        inertia = np.diag(M)[_v_index(model, layout.joints)]
+        inertia = np.diag(M)[model.velocity_indices(layout.joints)]
         light = [n for n, m, s in zip(layout.joints, inertia, damped) if s and not m > 0]
         if light:
             raise ValueError(f"joints {light} have no inertia: a servo cannot drive them")

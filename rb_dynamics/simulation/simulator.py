@@ -32,7 +32,15 @@ import numpy as np
 
 from rb_dynamics.dynamics import ConstraintSet, Dynamics
 from rb_dynamics.dynamics import reference as dynamics
-from rb_dynamics.model import Model, quat_to_matrix, skew
+from rb_dynamics.model import (
+    COULOMB_SMOOTHING,
+    ONE_DOF_KINDS,
+    Model,
+    check_choice,
+    check_positive,
+    quat_to_matrix,
+    skew,
+)
 
 __all__ = [
     "INTEGRATORS",
@@ -50,10 +58,6 @@ __all__ = [
 ]
 
 INTEGRATORS = ("semi_implicit_euler", "rk4")
-# Coulomb friction is friction·tanh(q̇/ε) with ε = 0.1 rad/s, here and in the controller's
-# friction compensation, so that a controller with compensation cancels it exactly. A sharper
-# ε makes the friction of light links (wrists) too stiff for explicit integration at 1 ms.
-COULOMB_SMOOTHING = 0.1
 
 
 def _so3_left_jacobian(phi: np.ndarray) -> np.ndarray:
@@ -130,7 +134,7 @@ def apply_position_limits(model: Model, q: np.ndarray, v: np.ndarray) -> tuple[n
     q, v = q.copy(), v.copy()
     hit = np.zeros(model.nv, dtype=bool)
     for kind, qi, vi in zip(model.joint_kinds, model.joint_q_index, model.joint_v_index):
-        if kind not in ("revolute", "prismatic"):
+        if kind not in ONE_DOF_KINDS:
             continue
         lower, upper = model.position_lower[qi], model.position_upper[qi]
         if q[qi] < lower:
@@ -213,15 +217,16 @@ def step(
     constraints: ConstraintSet | None = None,
     t: float = 0.0,
 ) -> SimulationStep:
-    """One integration step of length ``dt`` under the constant torque ``tau``.
+    """One integration step of ``dt`` seconds under the constant effort ``tau`` (N·m or N).
 
-    ``dyn`` is the model's dynamics (``rb_dynamics.backend``). Semi-implicit Euler treats the
-    joint losses linearly implicitly (see ``_accel_implicit_losses``). With ``constraints``,
-    every acceleration is the constrained one (``f_ext`` is then not used; ``t`` is the time
-    the constraints see).
+    ``dyn`` is the model's dynamics (``rb_dynamics.dynamics``); ``method`` one of
+    ``INTEGRATORS``. Semi-implicit Euler treats the joint losses linearly implicitly (see
+    ``_accel_implicit_losses``). With ``constraints``, every acceleration is the constrained
+    one (``f_ext`` is then not used; ``t`` is the time the constraints see). Raises ValueError
+    for a ``dt`` that is not positive and finite or an unknown ``method``.
     """
-    if not (dt > 0 and math.isfinite(dt)):
-        raise ValueError(f"dt must be positive and finite, got {dt}")
+    check_positive(dt, "dt")
+    check_choice(method, INTEGRATORS, "integrator")
     model = dyn.model
 
     def accel(qs, vs):
@@ -247,8 +252,6 @@ def step(
         v_next = v + dt / 6.0 * (a1 + 2 * a2 + 2 * a3 + a4)
         q_next = integrate(model, q, (v + 2 * v2 + 2 * v3 + v4) / 6.0, dt)
         a = a1
-    else:
-        raise ValueError(f"integrator must be one of {INTEGRATORS}, not {method!r}")
     hit = np.zeros(model.nv, dtype=bool)
     if limits:
         q_next, v_next, hit = apply_position_limits(model, q_next, v_next)
@@ -274,9 +277,6 @@ class Trace:
         return len(self.a)
 
 
-ONE_COORDINATE_JOINTS = ("revolute", "prismatic")
-
-
 def compiled_steps(dyn: Dynamics, method: str, *, losses: bool = True, limits: bool = True,
                    constraints: ConstraintSet | None = None,
                    f_ext=None) -> CompiledSteps | None:
@@ -286,7 +286,7 @@ def compiled_steps(dyn: Dynamics, method: str, *, losses: bool = True, limits: b
     kernels = getattr(dyn, "kernels", None)
     if (kernels is None or not hasattr(kernels, "rollout") or constraints or f_ext
             or method not in INTEGRATORS
-            or not all(kind in ONE_COORDINATE_JOINTS for kind in dyn.model.joint_kinds)):
+            or not dyn.model.only_one_dof_joints):
         return None
     return CompiledSteps(dyn, kernels, method, losses, limits)
 
@@ -338,17 +338,19 @@ class CompiledSteps:
 class Simulator:
     """A model's state advanced in fixed steps under held effort commands.
 
-    Commands are clamped to the effort limits and fall back to zero ``command_timeout`` seconds
-    (of simulated time) after the last one, so a dead controller leaves a limp, not a stuck, arm.
+    ``dt`` seconds per step with one of ``INTEGRATORS``; the state starts at ``q0``, ``v0``
+    (default: the neutral configuration at rest). Commands (N·m or N over v) are clamped to
+    the effort limits and fall back to zero ``command_timeout`` seconds (of simulated time)
+    after the last one, so a dead controller leaves a limp, not a stuck, arm. Raises
+    ValueError for an unknown integrator, a ``dt`` that is not positive and finite, and
+    states or commands of the wrong size or not finite.
     """
 
     def __init__(self, dyn: Dynamics, dt: float = 1e-3, integrator: str = "semi_implicit_euler",
                  q0: np.ndarray | None = None, v0: np.ndarray | None = None,
                  command_timeout: float = 0.5, constraints: ConstraintSet | None = None):
-        if integrator not in INTEGRATORS:
-            raise ValueError(f"integrator must be one of {INTEGRATORS}, not {integrator!r}")
-        if not (dt > 0 and math.isfinite(dt)):
-            raise ValueError(f"dt must be positive and finite, got {dt}")
+        check_choice(integrator, INTEGRATORS, "integrator")
+        check_positive(dt, "dt")
         model = dyn.model
         self.dynamics, self.model, self.dt, self.integrator = dyn, model, float(dt), integrator
         self.command_timeout = float(command_timeout)

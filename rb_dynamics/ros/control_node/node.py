@@ -45,7 +45,7 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from rclpy.serialization import deserialize_message
 from trajectory_msgs.msg import JointTrajectory
 
-from rb_dynamics.control.controller import (
+from rb_dynamics.control import (
     CONTROL_MODES,
     MAX_TRAJECTORY_POINTS,
     ControllerError,

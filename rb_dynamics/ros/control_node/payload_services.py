@@ -42,8 +42,13 @@ from geometry_msgs.msg import Vector3
 from rclpy.node import Node
 from trajectory_msgs.msg import JointTrajectory
 
-from rb_dynamics.control import MAX_SAMPLES_PER_SEGMENT, FeasibilityReport, feasibility_report
-from rb_dynamics.control.controller import JointController, _check_values
+from rb_dynamics.control import (
+    MAX_SAMPLES_PER_SEGMENT,
+    FeasibilityReport,
+    JointController,
+    check_point_field,
+    feasibility_report,
+)
 from rb_dynamics.dynamics import (
     Dynamics,
     IdentificationError,
@@ -54,7 +59,7 @@ from rb_dynamics.dynamics import (
     identify_payload,
     identify_payload_inertia,
 )
-from rb_dynamics.model.urdf import MAX_MAGNITUDE, Model
+from rb_dynamics.model import MAX_MAGNITUDE, Model
 from rb_dynamics.ros import parameters as ros_params
 from rb_dynamics.ros.conversions import ConversionError, trajectory_points
 from rb_dynamics.ros.parameters import ParameterSpec
@@ -561,11 +566,11 @@ class PayloadServices:
             arrays[field] = np.zeros((n, model.nv)) if all(given) else None
         try:
             for k, point in enumerate(points):
-                q[k, q_cols] = _check_values(point.positions, len(names), "positions", k)
+                q[k, q_cols] = check_point_field(point.positions, len(names), "positions", k)
                 for field, array in arrays.items():
                     if array is not None:
-                        array[k, v_cols] = _check_values(getattr(point, field), len(names),
-                                                         field, k)
+                        array[k, v_cols] = check_point_field(getattr(point, field), len(names),
+                                                              field, k)
         except ValueError as exc:
             raise ValueError(f"trajectory: {exc}") from None
         times = np.array([p.time for p in points])

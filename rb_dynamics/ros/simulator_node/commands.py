@@ -32,7 +32,7 @@ from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 
-from rb_dynamics.model.hardware_interfaces import (
+from rb_dynamics.model import (
     COMMAND_FIELDS,
     EFFORT,
     CommandLayout,

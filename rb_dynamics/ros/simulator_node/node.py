@@ -47,12 +47,13 @@ from sensor_msgs.msg import JointState
 from std_srvs.srv import SetBool, Trigger
 
 from rb_dynamics.dynamics import LiveDynamics
-from rb_dynamics.model import Model, load_model
-from rb_dynamics.model.hardware_interfaces import (
+from rb_dynamics.model import (
     POSITION,
     VELOCITY,
     CommandLayout,
+    Model,
     command_layout,
+    load_model,
     read_ros2_control,
 )
 from rb_dynamics.ros import parameters as ros_params

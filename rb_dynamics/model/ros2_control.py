@@ -17,11 +17,11 @@ does) and the initial values. ``CommandLayout.decode`` reads a JointState comman
 both layouts it arrives in (see there).
 
 Conventions (documented in the README):
-- no block: every movable joint takes efforts, as before;
+- no block: every movable joint takes efforts;
 - with blocks: a joint takes exactly the fields of its command interfaces; a movable joint in no
   block is passive (no command, zero effort), as in ros2_control, where such a joint has no
-  interface, and in gz_ros2_control, which leaves it unactuated. ``absent="effort"`` keeps the
-  old behaviour for those joints instead;
+  interface, and in gz_ros2_control, which leaves it unactuated. ``absent="effort"`` makes those
+  joints take efforts instead;
 - a joint that mimics another in the URDF is driven through its leader: ros2_control itself
   refuses command interfaces on it unless ``mimic="false"``; with ``mimic="false"`` its command
   interfaces are ignored here, with a warning (the model couples it rigidly).
@@ -38,22 +38,28 @@ from pathlib import Path
 
 import numpy as np
 
-from .urdf import Model, URDFError, _number, _parse_xml, _read_source
+from .checks import check_choice
+from .tree import Model
+from .xml_reading import URDFError, parse_number, parse_xml, read_source
 
 __all__ = [
     "COMMAND_FIELDS",
     "CommandLayout",
+    "EFFORT",
     "HardwareSystem",
     "Interface",
     "JointCommand",
     "JointInterfaces",
+    "POSITION",
     "TOPIC_PLUGINS",
+    "VELOCITY",
     "command_layout",
     "joint_command_modes",
     "read_ros2_control",
 ]
 
-# JointState fields, in the order of every (3, n) array below
+# JointState fields, in the order of every (3, n) array below; POSITION, VELOCITY, EFFORT are
+# their rows
 COMMAND_FIELDS = ("position", "velocity", "effort")
 POSITION, VELOCITY, EFFORT = range(3)
 COMPONENT_TYPES = ("system", "actuator", "sensor")
@@ -186,12 +192,12 @@ def _parse_interface(elem: ET.Element, where: str, joint_limits: bool) -> Interf
     for key in ("min", "max"):
         text = params.get(key)
         bounds[key] = None if text is None or not numeric else \
-            _number(text, f'{where} <param name="{key}">', allow_inf=True)
+            parse_number(text, f'{where} <param name="{key}">', allow_inf=True)
     if bounds["min"] is not None and bounds["max"] is not None and bounds["min"] > bounds["max"]:
         raise URDFError(f"{where}: min {bounds['min']:g} is above max {bounds['max']:g}")
     initial: float | str | None = params.get("initial_value")
     if initial is not None and numeric:
-        initial = _number(initial, f'{where} <param name="initial_value">')
+        initial = parse_number(initial, f'{where} <param name="initial_value">')
     return Interface(name, bounds["min"], bounds["max"], initial, data_type, int(size_text),
                      joint_limits and _limits_enabled(elem, where), params)
 
@@ -248,7 +254,7 @@ def read_ros2_control(source: str | Path) -> list[HardwareSystem]:
     No block: an empty list. Malformed blocks raise ``URDFError`` (a ``ValueError``) naming the
     element; the XML is read with the URDF loader's hardened parser (no DTD, no entities).
     """
-    root = _parse_xml(_read_source(source))
+    root = parse_xml(read_source(source))
     systems = [_parse_block(elem) for elem in root.findall("ros2_control")]
     seen: dict[str, str] = {}
     for system in systems:
@@ -388,12 +394,10 @@ class CommandLayout:
                          ) -> tuple[np.ndarray, np.ndarray]:
         """q and v with the block's state ``initial_value``s (position, velocity) put in."""
         q, v = np.array(q, dtype=float), np.array(v, dtype=float)
-        for j, name in enumerate(self.joints):
-            k = model.joint_index(name)
-            for f, state, index in ((POSITION, q, model.joint_q_index[k]),
-                                    (VELOCITY, v, model.joint_v_index[k])):
-                if math.isfinite(self.initial_state[f, j]):
-                    state[index] = self.initial_state[f, j]
+        for f, state, index in ((POSITION, q, model.position_indices(self.joints)),
+                                (VELOCITY, v, model.velocity_indices(self.joints))):
+            given = np.isfinite(self.initial_state[f])
+            state[index[given]] = self.initial_state[f, given]
         return q, v
 
     def allows(self, joint: str, field_name: str) -> bool:
@@ -466,9 +470,9 @@ def _effort_only(model: Model) -> CommandLayout:
 
 def _with_ranges(model: Model, layout: CommandLayout,
                  declared: dict[str, JointInterfaces]) -> CommandLayout:
-    for j, name in enumerate(layout.joints):
-        k = model.joint_index(name)
-        qi, vi = model.joint_q_index[k], model.joint_v_index[k]
+    q_index = model.position_indices(layout.joints)
+    v_index = model.velocity_indices(layout.joints)
+    for j, (name, qi, vi) in enumerate(zip(layout.joints, q_index, v_index)):
         joint = declared.get(name)
         by_name = {i.name: i for i in joint.command} if joint else {}
         lower, upper = model.position_lower[qi], model.position_upper[qi]
@@ -498,8 +502,7 @@ def command_layout(model: Model, systems: Sequence[HardwareSystem],
     view) or ``"effort"``. Raises ``URDFError`` for a block joint the model does not have (or
     has as fixed / multi-DoF with commands) and for mimic inconsistencies, as ros2_control does.
     """
-    if absent not in ("passive", "effort"):
-        raise ValueError(f"absent must be 'passive' or 'effort', not {absent!r}")
+    check_choice(absent, ("passive", "effort"), "absent")
     if not systems:
         return _effort_only(model)
     layout = _effort_only(model)

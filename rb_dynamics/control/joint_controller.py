@@ -1,0 +1,329 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``JointController``: the control law (``law.py``) and a trajectory reference
+(``trajectory.py``) mapped by joint name, free of ROS.
+
+The state and references arrive by joint name; efforts leave in the order of the controller's
+joints, clamped to the URDF effort limits. Stale or unusable input is refused with a
+``ControllerError`` and changes nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from rb_dynamics.dynamics import Dynamics, make_dynamics
+from rb_dynamics.model import Model, check_choice
+
+from .law import CONTROL_MODES, ControlLaw, ControllerError, check_gains
+from .trajectory import (
+    MAX_TRAJECTORY_POINTS,
+    TrajectoryError,
+    TrajectoryPoint,
+    TrajectorySampler,
+    check_point_field,
+)
+
+__all__ = ["ControlOutput", "JointController"]
+
+_NO_CONTEXT = contextlib.nullcontext()
+
+
+@dataclass
+class ControlOutput:
+    """One effort command and what came with it."""
+
+    effort: np.ndarray  # in the controller's joint order, clamped to the effort limits
+    clamped: list[str]  # joints whose effort hit a limit
+    position_error: np.ndarray  # q_d − q in the controller's joint order (zeros in gravity mode)
+
+
+class JointController:
+    """Gravity compensation and computed torque for a fixed-base arm, mapped by joint name.
+
+    The state and the reference arrive by name in any order; commands leave in the order of
+    ``joints`` (default: every actuated joint; a model without one has nothing to command:
+    empty commands). ``kp``, ``kd``: gains in 1/s² and 1/s, one per joint or one for all.
+    Times are seconds on the caller's clock; nothing is computed from a state older than
+    ``max_state_age``. ``dynamics`` defaults to ``make_dynamics(model)``. Raises
+    ``ControllerError`` for a model with joints other than revolute or prismatic, for joints
+    unknown or named twice, and for an unknown ``mode`` or invalid gains.
+    """
+
+    def __init__(
+        self,
+        model: Model,
+        joints: Sequence[str] | None = None,
+        *,
+        mode: str = "gravity_compensation",
+        kp=100.0,
+        kd=20.0,
+        friction_compensation: bool = False,
+        max_state_age: float = 0.1,
+        dynamics: Dynamics | None = None,
+    ):
+        if not model.only_one_dof_joints:
+            raise ControllerError(
+                "the controller drives fixed-base arms; this model has "
+                f"{sorted(set(model.joint_kinds))} joints"
+            )
+        self.model = model
+        self.joints = list(model.actuated_joint_names) if joints is None else list(joints)
+        try:
+            self.index = model.velocity_indices(self.joints)
+        except ValueError as exc:
+            raise ControllerError(str(exc)) from None
+        if len(set(self.joints)) != len(self.joints):
+            raise ControllerError(f"joints {self.joints} has repeated names")
+        self.state_index = dict(zip(model.joint_names, model.joint_q_index))
+        self.law = ControlLaw(dynamics or make_dynamics(model), mode,
+                              friction_compensation=bool(friction_compensation))
+        self.set_gains(kp, kd)
+        self.max_state_age = float(max_state_age)
+        self.effort_scale = 1.0  # commands are clamped to effort_scale × the URDF limit
+        self.q = self.v = None
+        self.state_time = -math.inf
+        self.trajectory: TrajectorySampler | None = None
+        self.hold_position: np.ndarray | None = None
+        # (q_d, q̇_d, q̈_d) the last effort was computed for (None in gravity compensation):
+        # what a monitor of the loop (the trajectory action) compares the state with
+        self.last_reference: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self.healthy = True  # the last effort was finite (else the reference is not trusted)
+        # per-state work kept small (the control loop answers every state): what does not
+        # change between states is computed once
+        self._zeros = np.zeros(model.nv)
+        self._zeros.flags.writeable = False  # shared: the hold reference, gravity-mode errors
+        self._every_joint = np.array_equal(self.index, np.arange(model.nv))
+        self._columns: tuple[list[str], tuple[np.ndarray, np.ndarray] | None] | None = None
+        self._limits: tuple[float, np.ndarray, np.ndarray] = (math.nan, self._zeros,
+                                                               self._zeros)
+
+    # -- settings ------------------------------------------------------------------
+
+    @property
+    def mode(self) -> str:
+        return self.law.mode
+
+    @property
+    def kp(self) -> np.ndarray:
+        return self.law.kp
+
+    @property
+    def kd(self) -> np.ndarray:
+        return self.law.kd
+
+    def set_mode(self, mode: str) -> None:
+        check_choice(mode, CONTROL_MODES, "mode", ControllerError)
+        if mode != self.law.mode:  # a new mode starts by holding where the arm is
+            self.trajectory, self.hold_position = None, None
+        self.law.mode = mode
+
+    def gain_vector(self, gains, name: str) -> np.ndarray:
+        """Validated per-joint gains in model order (a scalar applies to every joint)."""
+        values = check_gains(gains, name, len(self.joints))
+        full = np.zeros(self.model.nv)
+        full[self.index] = values
+        return full
+
+    def set_gains(self, kp=None, kd=None) -> None:
+        """Per-joint gains (a scalar sets every joint); both are validated before either is set."""
+        new_kp = self.law.kp if kp is None else self.gain_vector(kp, "kp")
+        new_kd = self.law.kd if kd is None else self.gain_vector(kd, "kd")
+        self.law.kp, self.law.kd = new_kp, new_kd
+
+    # -- inputs --------------------------------------------------------------------
+
+    def update_state(
+        self,
+        names: Sequence[str],
+        positions: Sequence[float],
+        velocities: Sequence[float],
+        now: float,
+    ) -> None:
+        """A joint state by name (extra joints ignored); raises ControllerError if unusable."""
+        if len(positions) != len(names):
+            raise ControllerError(
+                f"joint_states: {len(names)} names but {len(positions)} positions"
+            )
+        if len(velocities) not in (0, len(names)):
+            raise ControllerError(
+                f"joint_states: {len(names)} names but {len(velocities)} velocities"
+            )
+        columns = self._state_columns(names)
+        if columns is None:  # the model's joints, in its order: copied as they are
+            q = np.array(positions, dtype=float)
+            v = np.array(velocities, dtype=float) if len(velocities) else np.zeros(self.model.nv)
+        else:
+            rows, columns = columns
+            q = np.zeros(self.model.nq)
+            v = np.zeros(self.model.nv)
+            q[columns] = np.asarray(positions, dtype=float)[rows]
+            if len(velocities):
+                v[columns] = np.asarray(velocities, dtype=float)[rows]
+        if not (math.isfinite(q.sum()) and math.isfinite(v.sum())):
+            raise ControllerError("joint_states: NaN or inf in positions or velocities")
+        self.q, self.v, self.state_time = q, v, now
+
+    def _state_columns(self, names: Sequence[str]) -> tuple[np.ndarray, np.ndarray] | None:
+        """(entries of a joint state, the model coordinates they fill) for a list of names,
+        None when they are the model's joints in its order; the answer for the last list is
+        kept (a driver sends the same names every time)."""
+        cached = self._columns
+        if cached is not None and cached[0] == names:
+            return cached[1]
+        if len(set(names)) != len(names):
+            raise ControllerError("joint_states: repeated joint names")
+        # other joints of a bigger robot, or a mimic joint we derive ourselves, are skipped
+        pairs = [(k, self.state_index[name]) for k, name in enumerate(names)
+                 if name in self.state_index]
+        if len(pairs) != len(self.state_index):
+            seen = set(names)
+            missing = [n for n in self.model.joint_names if n not in seen]
+            raise ControllerError(f"joint_states: missing joints {missing}")
+        rows = np.array([k for k, _ in pairs], dtype=int)
+        columns = np.array([index for _, index in pairs], dtype=int)
+        in_order = len(names) == self.model.nq and np.array_equal(columns, np.arange(len(names)))
+        self._columns = (list(names), None if in_order else (rows, columns))
+        return self._columns[1]
+
+    def prepare_trajectory(self, names: Sequence[str], points: Sequence[TrajectoryPoint],
+                           start: float, now: float) -> TrajectorySampler:
+        """A validated sampler for a reference by name starting at ``start``, built without
+        changing the controller (so that a node can build it outside its control lock);
+        joints the reference leaves out hold their current reference."""
+        if self.q is None:
+            raise ControllerError("trajectory: no joint state received yet")
+        if self.law.mode != "computed_torque":
+            raise ControllerError(f"trajectory: the controller is in {self.law.mode!r} mode; "
+                                  "set mode to 'computed_torque' to follow trajectories")
+        if not names:
+            raise ControllerError("trajectory: no joint names")
+        unknown = [n for n in names if n not in self.state_index]
+        if unknown or len(set(names)) != len(names):
+            raise ControllerError(f"trajectory: unknown or repeated joints {unknown or names}")
+        if len(points) > MAX_TRAJECTORY_POINTS:
+            raise ControllerError(f"trajectory: {len(points)} points; at most "
+                                  f"{MAX_TRAJECTORY_POINTS}")
+        if points and start + float(points[-1].time) < now:
+            raise ControllerError(
+                f"trajectory: it ended {now - start - float(points[-1].time):.3f} s ago "
+                "(header stamp + the last time_from_start is in the past); ignored, as "
+                "ros2_controllers' trajectory controller does")
+        q_start, v_start = self._continuation(now)
+        columns = [self.state_index[name] for name in names]
+        n = self.model.nv
+
+        def spread(values, base, k, field):
+            if values is None:
+                return None
+            full = base.copy()
+            full[columns] = check_point_field(values, len(names), field, k)
+            return full
+
+        try:
+            full_points = [TrajectoryPoint(
+                point.time, spread(point.positions, q_start, k, "positions"),
+                spread(point.velocities, np.zeros(n), k, "velocities"),
+                spread(point.accelerations, np.zeros(n), k, "accelerations"))
+                for k, point in enumerate(points)]
+            return TrajectorySampler(full_points, start, q_start, v_start)
+        except TrajectoryError as exc:
+            raise ControllerError(f"trajectory: {exc}") from None
+
+    def set_trajectory(self, names: Sequence[str], points: Sequence[TrajectoryPoint],
+                       now: float, start: float | None = None) -> None:
+        """Follow a reference by name from ``start`` (default ``now``)."""
+        self.trajectory = self.prepare_trajectory(names, points,
+                                                  now if start is None else start, now)
+
+    def _continuation(self, now: float) -> tuple[np.ndarray, np.ndarray]:
+        """Where a new trajectory starts: the current reference, or the measured state when
+        the reference gave no finite effort (a broken one must not poison the next)."""
+        q_d, v_d, _ = self.reference(now)
+        if self.healthy and np.all(np.isfinite(q_d)) and np.all(np.isfinite(v_d)):
+            return q_d, v_d
+        return self.q.copy(), self.v.copy()
+
+    # -- outputs -------------------------------------------------------------------
+
+    def reference(self, now: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if self.trajectory is not None:
+            return self.trajectory.sample(now)[:3]
+        if self.hold_position is None:
+            self.hold_position = self.q.copy()
+        return self.hold_position, self._zeros, self._zeros
+
+    def state_age(self, now: float) -> float:
+        return now - self.state_time
+
+    def effort(self, q: np.ndarray, v: np.ndarray, reference_time: float
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """The law at (q, q̇) with the reference sampled at ``reference_time``: (τ in model
+        order, position error in model order); ControllerError when τ is not finite."""
+        law = self.law
+        reference = () if law.mode == "gravity_compensation" else self.reference(reference_time)
+        self.last_reference = reference or None
+        # overflow is refused below, with its cause; gravity alone is one kernel call and no
+        # numpy arithmetic, so it skips the cost of entering an errstate
+        quiet = np.errstate(all="ignore") if reference or law.friction_compensation \
+            else _NO_CONTEXT
+        self.healthy = False
+        with quiet:
+            try:
+                tau, error = law.effort(q, v, *reference)
+            except ValueError as exc:  # a non-finite commanded acceleration, say
+                raise ControllerError(f"the computed effort is not finite ({exc}): the state "
+                                      "or the reference is out of range; nothing published"
+                                      ) from None
+        if not math.isfinite(tau.sum()):
+            raise ControllerError("the computed effort is not finite: the state or the "
+                                  "reference is out of range; nothing published")
+        self.healthy = True
+        return tau, self._zeros if error is None else error
+
+    def _clamp(self, tau: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(τ of the commanded joints, clamped to effort_scale × the URDF limits; unclamped)."""
+        scale, low, high = self._limits
+        if scale != self.effort_scale:  # computed again only when the scale changes
+            high = self.model.effort_limit[self.index] * self.effort_scale
+            low = -high
+            self._limits = (self.effort_scale, low, high)
+        wanted = tau if self._every_joint else tau[self.index]
+        return np.minimum(np.maximum(wanted, low), high), wanted
+
+    def effort_at(self, t: float, q: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """τ in model order at a simulated instant: the commanded joints' efforts clamped to
+        the limits, zero on the others (``~/simulate`` rolls out the node's law this way)."""
+        tau, _ = self.effort(q, v, t)
+        command, _ = self._clamp(tau)
+        if self._every_joint:
+            return command
+        out = np.zeros(self.model.nv)
+        out[self.index] = command
+        return out
+
+    def compute(self, now: float, reference_time: float | None = None) -> ControlOutput:
+        """The effort command at ``now``; raises ControllerError when the state is unusable.
+
+        ``reference_time`` (default ``now``) is when the reference is sampled: the instant the
+        state was measured, when its stamp says so.
+        """
+        if self.q is None:
+            raise ControllerError("no joint state received yet")
+        age = self.state_age(now)
+        if age > self.max_state_age:
+            raise ControllerError(
+                f"joint state is stale ({age * 1e3:.0f} ms old, limit "
+                f"{self.max_state_age * 1e3:.0f} ms)"
+            )
+        tau, error = self.effort(self.q, self.v, now if reference_time is None
+                                 else reference_time)
+        command, wanted = self._clamp(tau)
+        clamped = []
+        if (command != wanted).any():
+            clamped = [name for name, c, t in zip(self.joints, command, wanted) if c != t]
+        return ControlOutput(command, clamped, error if self._every_joint else error[self.index])
