@@ -46,11 +46,13 @@ from rb_dynamics.control import MAX_SAMPLES_PER_SEGMENT, FeasibilityReport, feas
 from rb_dynamics.control.controller import JointController, _check_values
 from rb_dynamics.dynamics import (
     Dynamics,
-    IdentificationError,
     Payload,
     PayloadDynamics,
     PayloadEffort,
     default_payload_link,
+)
+from rb_dynamics.identification import (
+    IdentificationError,
     identify_payload,
     identify_payload_inertia,
 )
