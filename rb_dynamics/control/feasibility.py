@@ -223,7 +223,7 @@ def trajectory_efforts(
     """Efforts (N, nv) at the trajectory's points by inverse dynamics (with the payload if
     given). Missing velocities or accelerations come from the controller's spline (module
     docstring). ``model_or_backend``: a Model (reference RNEA) or a backend such as
-    ``backend.compile_dynamics(model)`` (its batched kernels)."""
+    ``make_dynamics(model)`` (its batched kernels)."""
     model, rnea = _dynamics(model_or_backend)
     t, q, v, a = _trajectory(model, times, positions, velocities, accelerations)
     q, vel, acc = _point_states(t, q, v, a)

@@ -6,11 +6,7 @@ generated Python and C kernels), payload terms and constraints.
 Imports only ``rb_dynamics.model``.
 """
 
-from .codegen import (
-    FastDynamics,
-    KernelIR,
-    kernels_choice,
-)
+from .codegen import KernelIR
 from .constraints import (
     CONSTRAINT_TYPES,
     Baumgarte,
@@ -30,21 +26,21 @@ from .constraints import (
     udwadia_kalaba,
 )
 from .implementations import (
+    KERNEL_CHOICES,
     KERNEL_METHODS,
     MAX_GENERATED_BODIES,
+    CDynamics,
     Dynamics,
+    FastDynamics,
     LiveDynamics,
     ReferenceDynamics,
-    compile_dynamics,
+    kernels_choice,
     make_dynamics,
 )
 from .kernel_cache import (
-    CDynamics,
-    KernelBuild,
+    CompiledKernels,
     KernelBuildError,
     cache_dir,
-    cached_kernels,
-    start_compile,
 )
 from .payload import (
     INERTIAL_PARAMETER_NAMES,
@@ -84,6 +80,7 @@ from .reference import (
 __all__ = [
     "Baumgarte",
     "CDynamics",
+    "CompiledKernels",
     "CONSTRAINT_TYPES",
     "ConstrainedAcceleration",
     "Constraint",
@@ -95,8 +92,8 @@ __all__ = [
     "FrameWeld",
     "INERTIAL_PARAMETER_NAMES",
     "JointCoupling",
+    "KERNEL_CHOICES",
     "KERNEL_METHODS",
-    "KernelBuild",
     "KernelBuildError",
     "KernelIR",
     "Kinematics",
@@ -111,11 +108,9 @@ __all__ = [
     "aba",
     "body_transforms",
     "cache_dir",
-    "cached_kernels",
     "center_of_mass",
     "centroidal_momentum",
     "check_vector",
-    "compile_dynamics",
     "constrained_forward_dynamics",
     "constraint_from_spec",
     "crba",
@@ -140,7 +135,6 @@ __all__ = [
     "rnea",
     "rosenberg",
     "solve_constrained",
-    "start_compile",
     "subtree_centers_of_mass",
     "udwadia_kalaba",
     "with_payload",

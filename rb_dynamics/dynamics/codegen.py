@@ -28,23 +28,17 @@ naming the joint and the links.
 from __future__ import annotations
 
 import math
-import os
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
-from numpy.typing import ArrayLike
 
 from rb_dynamics.model import Model, transform_parts
 
-from . import reference as _ref
-
-__all__ = ["FastDynamics", "KernelIR", "kernels_choice"]
+__all__ = ["KernelIR"]
 
 _ROT_SNAP = 1e-14
 _INERTIA_SNAP = 1e-14
-_CHUNK = 16384  # states per batched kernel call
 
 
 # ----------------------------------------------------------------------------- symbolic scalars
@@ -866,7 +860,7 @@ def _kernel_ir(model: Model, name: str, args: list[tuple[str, int]], build) -> K
     return KernelIR(name, args, body, results)
 
 
-def _generate(model: Model) -> dict[str, KernelIR]:
+def generate_kernels(model: Model) -> dict[str, KernelIR]:
     """The five kernels of ``model``: τ, g, C v + g, M (row-major) and q̈."""
     q, v = ("q", model.nq), ("v", model.nv)
     fd = _Kernel.fd_crba if model.has_mimic else _Kernel.aba  # ABA cannot couple mimic joints
@@ -884,7 +878,8 @@ def _generate(model: Model) -> dict[str, KernelIR]:
     }
 
 
-def _emit_python(ir: KernelIR) -> str:
+def emit_python(ir: KernelIR) -> str:
+    """The Python source of one kernel: a function of the input vectors returning a tuple."""
     lines = [f"def {ir.name}({', '.join(a for a, _ in ir.args)}):"]
     if ir.error is not None:
         lines.append(f"    raise ValueError({ir.error!r})")
@@ -898,19 +893,6 @@ def _emit_python(ir: KernelIR) -> str:
     return "\n".join(lines) + "\n"
 
 
-_SCALAR_NS = {"cos": math.cos, "sin": math.sin, "sqrt": math.sqrt}
-_ARRAY_NS = {"cos": np.cos, "sin": np.sin, "sqrt": np.sqrt}
-
-
-def _compile(sources: dict[str, str], namespace: dict, label: str) -> dict:
-    out = {}
-    for name, src in sources.items():
-        ns = dict(namespace)
-        exec(compile(src, f"<rb_dynamics.codegen {label} {name}>", "exec"), ns)  # noqa: S102
-        out[name] = ns[name]
-    return out
-
-
 # What each kernel computes, for the error raised when a result is not finite (a singular
 # matrix in forward dynamics, a zero free-flyer quaternion, or an overflow): never inf/NaN.
 QUANTITIES = {
@@ -920,136 +902,7 @@ QUANTITIES = {
 
 
 def nonfinite_message(kernel: str) -> str:
+    """The ValueError text of every implementation for a non-finite result of ``kernel``."""
     why = ("a singular articulated inertia or mass matrix, a zero free-flyer quaternion "
            "or an overflow" if kernel == "aba" else "a zero free-flyer quaternion or an overflow")
     return f"{QUANTITIES[kernel]} is undefined at this state: the result is not finite ({why})"
-
-
-def _all_finite(values) -> bool:
-    # a sum is the cheap test; only when it overflows are the values looked at one by one
-    return math.isfinite(sum(values)) or all(map(math.isfinite, values))
-
-
-def _check_single(x, n: int, name: str):
-    """A 1-D finite input as a list of floats, or None if it is 2-D (batched)."""
-    try:
-        arr = np.asarray(x, dtype=float)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be an array of numbers") from None
-    if arr.ndim == 1 and arr.shape[0] == n:
-        values = arr.tolist()
-        if not _all_finite(values):
-            raise ValueError(f"{name} contains NaN or inf")
-        return values
-    if arr.ndim == 2 and arr.shape[1] == n:
-        return None
-    raise ValueError(f"{name} must have length {n} (or shape (N, {n})), got shape {arr.shape}")
-
-
-class FastDynamics:
-    """Model-specialised kernels run by Python; see ``backend.compile_dynamics``.
-
-    Each method accepts one state as (n,) arrays or a batch as (N, n) arrays (1-D arguments are
-    broadcast against batched ones) and returns numpy arrays shaped like the reference's.
-    """
-
-    kind = "python"
-
-    def __init__(self, model: Model, ir: dict[str, KernelIR] | None = None):
-        self.model = model
-        self.ir = ir if ir is not None else _generate(model)
-        self.sources = {name: _emit_python(k) for name, k in self.ir.items()}
-        self._undefined = {name: k.error for name, k in self.ir.items() if k.error is not None}
-        self._scalar = _compile(self.sources, _SCALAR_NS, "scalar")
-        self._array = _compile(self.sources, _ARRAY_NS, "array")
-
-    @property
-    def source(self) -> str:
-        """The generated Python source of every kernel."""
-        return "\n\n".join(self.sources.values())
-
-    # --- helpers -----------------------------------------------------------------------
-    def _run(self, kernel: str, inputs: list, shape_out: tuple[int, ...]) -> np.ndarray:
-        """Validate one state or a batch, run the kernel, refuse a non-finite result."""
-        if kernel in self._undefined:
-            raise ValueError(self._undefined[kernel])
-        values = [_check_single(x, n, name) for x, n, name in inputs]
-        if None in values:
-            return self._batch(kernel, inputs, shape_out)
-        try:
-            out = self._scalar[kernel](*values)
-        except (ArithmeticError, ValueError):  # 1/0, or math.cos(inf) after an overflow
-            raise ValueError(nonfinite_message(kernel)) from None
-        if not _all_finite(out):
-            raise ValueError(nonfinite_message(kernel))
-        return np.array(out) if len(shape_out) == 1 else np.array(out).reshape(shape_out)
-
-    def _batch(self, kernel: str, inputs: list, shape_out: tuple[int, ...]) -> np.ndarray:
-        arrays = [_ref.check_vector(x, n, name) for x, n, name in inputs]
-        N = max(a.shape[0] for a in arrays if a.ndim == 2)
-        cols = []
-        for a, (_, n, name) in zip(arrays, inputs):
-            if a.ndim == 2 and a.shape[0] != N:
-                raise ValueError(f"{name} has {a.shape[0]} rows, expected {N}")
-            cols.append(np.ascontiguousarray(np.broadcast_to(a, (N, n)).T))
-        kern = self._array[kernel]
-        size = int(np.prod(shape_out))
-        out = np.empty((size, N))
-        with np.errstate(all="ignore"):  # a non-finite result is refused below
-            for start in range(0, N, _CHUNK):  # bounded working set for very large batches
-                stop = min(start + _CHUNK, N)
-                res = kern(*(c[:, start:stop] for c in cols))
-                for k, x in enumerate(res):
-                    out[k, start:stop] = x
-        if not np.isfinite(out).all():
-            raise ValueError(nonfinite_message(kernel))
-        return np.ascontiguousarray(out.T).reshape((N,) + shape_out)
-
-    # --- public kernels --------------------------------------------------------------
-    def rnea(self, q: ArrayLike, v: ArrayLike, a: ArrayLike,
-             f_ext: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
-        """Inverse dynamics τ = M a + C v + g (external wrenches: reference fallback)."""
-        m = self.model
-        if f_ext:
-            return _ref.rnea(m, q, v, a, f_ext)
-        return self._run("rnea", [(q, m.nq, "q"), (v, m.nv, "v"), (a, m.nv, "a")], (m.nv,))
-
-    def gravity(self, q: ArrayLike) -> np.ndarray:
-        """Generalized gravity g(q)."""
-        m = self.model
-        return self._run("gravity", [(q, m.nq, "q")], (m.nv,))
-
-    def nonlinear_effects(self, q: ArrayLike, v: ArrayLike) -> np.ndarray:
-        """C(q, v) v + g(q)."""
-        m = self.model
-        return self._run("nle", [(q, m.nq, "q"), (v, m.nv, "v")], (m.nv,))
-
-    def crba(self, q: ArrayLike) -> np.ndarray:
-        """Joint-space inertia matrix M(q) (exactly symmetric)."""
-        m = self.model
-        return self._run("crba", [(q, m.nq, "q")], (m.nv, m.nv))
-
-    def aba(self, q: ArrayLike, v: ArrayLike, tau: ArrayLike,
-            f_ext: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
-        """Forward dynamics q̈ (ABA; models with mimic joints use CRBA + unrolled LDLᵀ)."""
-        m = self.model
-        if "aba" in self._undefined:
-            raise ValueError(self._undefined["aba"])
-        if f_ext:
-            return _ref.aba(m, q, v, tau, f_ext)
-        return self._run("aba", [(q, m.nq, "q"), (v, m.nv, "v"), (tau, m.nv, "tau")], (m.nv,))
-
-
-KERNEL_CHOICES = ("auto", "c", "python")
-
-
-def kernels_choice(kernels: str | None = None) -> str:
-    """``kernels`` checked; None: ``$RB_DYNAMICS_KERNELS``, by default "auto"."""
-    if kernels is None:
-        kernels = os.environ.get("RB_DYNAMICS_KERNELS", "").strip().lower() or "auto"
-        if kernels not in KERNEL_CHOICES:
-            raise ValueError(f"RB_DYNAMICS_KERNELS must be one of {KERNEL_CHOICES}, "
-                             f"not {kernels!r}")
-    elif kernels not in KERNEL_CHOICES:
-        raise ValueError(f"kernels must be one of {KERNEL_CHOICES}, not {kernels!r}")
-    return kernels
