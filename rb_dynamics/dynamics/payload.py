@@ -457,16 +457,18 @@ class PayloadEffort:
 
 
 class PayloadDynamics:
-    """The ``Dynamics`` of the robot carrying ``payload``: ``base`` (the bare robot's dynamics,
-    its generated kernels say) plus the payload's terms, so a payload change costs no code
-    generation and no compiler run (which would stall the interpreter for a fraction of a
-    second) and the answers come at the kernels' speed plus ~25 µs.
+    """The ``Dynamics`` of the robot carrying ``payload``: a decorator around ``base`` (any
+    ``Dynamics`` of the bare robot, its generated kernels say) that adds the payload's terms.
+    It lives here, beside those terms, rather than with the implementations
+    (``implementations``): it computes nothing of the robot itself. A payload change builds
+    a new one, which needs no code generation and no compiler run; each method costs
+    ``base``'s plus one pass over the payload link's support.
 
     ``model`` is ``with_payload(base.model, payload)``, for what reads the model itself (the
     reference algorithms, energies, the constraint solver): both give the same results.
     M = M_base + Jᵀ I_p J (the payload's inertia, from its effort at unit accelerations with
-    gravity off); forward dynamics solves M q̈ = τ − h with a Cholesky factorisation, as the
-    reference does for models with mimic joints.
+    gravity off); forward dynamics solves M q̈ = τ − h with a Cholesky factorisation
+    (``reference.forward_dynamics_crba`` on these terms).
     """
 
     def __init__(self, base, payload: Payload) -> None:
@@ -502,19 +504,7 @@ class PayloadDynamics:
 
     def aba(self, q, v, tau, f_ext=None) -> np.ndarray:
         """q̈ = M⁻¹ (τ − C v − g + Σ Jᵀ f_ext); a ValueError when it is undefined."""
-        problem = self.model.forward_dynamics_problem()
-        if problem:
-            raise ValueError(problem)
-        tau = dynamics.check_vector(tau, self.model.nv, "tau")
-        v = dynamics.check_vector(v, self.model.nv, "v")
-        rhs = tau - self.rnea(q, v, np.zeros(v.shape), f_ext)
-        try:
-            L = np.linalg.cholesky(self.crba(q))
-        except np.linalg.LinAlgError:
-            raise ValueError("forward dynamics is undefined: the mass matrix is singular "
-                             "(a joint moves no inertia)") from None
-        y = np.linalg.solve(L, rhs[..., None])
-        return np.linalg.solve(np.swapaxes(L, -1, -2), y)[..., 0]
+        return dynamics.forward_dynamics_crba(self.model, q, v, tau, f_ext, dynamics=self)
 
 
 def payload_wrench_effort(model: Model, q, v, a, payload: Payload) -> np.ndarray:

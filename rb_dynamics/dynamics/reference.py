@@ -290,15 +290,25 @@ def _inverse_articulated_inertia(model: Model, i: int, D: np.ndarray,
     return np.linalg.inv(D)
 
 
-def forward_dynamics_crba(model: Model, q, v, tau, f_ext: Wrenches | None = None) -> np.ndarray:
-    """Forward dynamics through M(q) and a Cholesky solve: q̈ = M⁻¹ (τ − C v − g + Jᵀ f)."""
+def forward_dynamics_crba(model: Model, q, v, tau, f_ext: Wrenches | None = None,
+                          dynamics=None) -> np.ndarray:
+    """Forward dynamics through M(q) and a Cholesky solve: q̈ = M⁻¹ (τ − C v − g + Jᵀ f).
+
+    M and the bias C v + g − Jᵀ f come from ``dynamics.crba`` and ``dynamics.rnea`` (at q̈ = 0)
+    when ``dynamics`` (a ``Dynamics`` of ``model``) is given, else from the algorithms here.
+    A ValueError when forward dynamics is undefined (the model's problem, or a singular M).
+    """
     v = check_vector(v, model.nv, "v")
     tau = check_vector(tau, model.nv, "tau")
     problem = model.forward_dynamics_problem()
     if problem:
         raise ValueError(problem)
-    M = crba(model, q)
-    bias = rnea(model, q, v, np.zeros(v.shape), f_ext)
+    if dynamics is None:
+        M = crba(model, q)
+        bias = rnea(model, q, v, np.zeros(v.shape), f_ext)
+    else:
+        M = dynamics.crba(q)
+        bias = dynamics.rnea(q, v, np.zeros(v.shape), f_ext)
     rhs = tau - bias
     try:
         L = np.linalg.cholesky(M)
