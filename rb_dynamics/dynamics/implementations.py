@@ -136,20 +136,16 @@ def _all_finite(values) -> bool:
     return math.isfinite(sum(values)) or all(map(math.isfinite, values))
 
 
-def _check_single(x, n: int, name: str):
-    """A 1-D finite input as a list of floats, or None if it is 2-D (batched)."""
-    try:
-        arr = np.asarray(x, dtype=float)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be an array of numbers") from None
-    if arr.ndim == 1 and arr.shape[0] == n:
-        values = arr.tolist()
-        if not _all_finite(values):
-            raise ValueError(f"{name} contains NaN or inf")
-        return values
-    if arr.ndim == 2 and arr.shape[1] == n:
+def _single_state(x, n: int, name: str) -> list[float] | None:
+    """A valid 1-D input as a list of floats, None for a valid batch; else the ValueError of
+    ``reference.check_vector``."""
+    arr = _ref.check_vector(x, n, name, finite=False)
+    if arr.ndim == 2:
         return None
-    raise ValueError(f"{name} must have length {n} (or shape (N, {n})), got shape {arr.shape}")
+    values = arr.tolist()
+    if not _all_finite(values):
+        _ref.check_vector(arr, n, name)  # raises
+    return values
 
 
 class FastDynamics:
@@ -180,7 +176,7 @@ class FastDynamics:
         """Validate one state or a batch, run the kernel, refuse a non-finite result."""
         if kernel in self._undefined:
             raise ValueError(self._undefined[kernel])
-        values = [_check_single(x, n, name) for x, n, name in inputs]
+        values = [_single_state(x, n, name) for x, n, name in inputs]
         if None in values:
             return self._batch(kernel, inputs, shape_out)
         try:

@@ -56,8 +56,14 @@ Wrenches = Mapping[str, np.ndarray]
 # ----------------------------------------------------------------------------- helpers
 
 
-def check_vector(x, size: int, name: str) -> np.ndarray:
-    """``x`` as a float array of shape (size,) or (N, size), finite, or a ValueError naming it."""
+def check_vector(x, size: int, name: str, finite: bool = True) -> np.ndarray:
+    """``x`` as a float array of shape (size,) or (N, size), finite, or a ValueError naming it:
+    "must be an array of numbers", "must have length …", "contains NaN or inf" (the wording
+    of every ``Dynamics`` implementation, the C trampoline's included).
+
+    ``finite=False`` leaves finiteness to a caller that checks its result instead (NaN and
+    inf spread into it) and calls this again on its inputs when the result is not finite.
+    """
     try:
         arr = np.asarray(x, dtype=float)
     except (TypeError, ValueError):
@@ -65,7 +71,7 @@ def check_vector(x, size: int, name: str) -> np.ndarray:
     if arr.ndim not in (1, 2) or arr.shape[-1] != size:
         raise ValueError(f"{name} must have length {size} (or shape (N, {size})), got shape "
                          f"{arr.shape}")
-    if not np.all(np.isfinite(arr)):
+    if finite and not np.isfinite(arr).all():
         raise ValueError(f"{name} contains NaN or inf")
     return arr
 

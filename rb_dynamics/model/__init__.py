@@ -6,6 +6,7 @@ Needs only NumPy. Nothing here imports another layer of the package.
 """
 
 from .checks import (
+    check_rotational_inertia,
     finite_array,
 )
 from .hardware_interfaces import (
@@ -62,6 +63,7 @@ __all__ = [
     "Model",
     "TOPIC_PLUGINS",
     "URDFError",
+    "check_rotational_inertia",
     "command_layout",
     "crf",
     "crm",
