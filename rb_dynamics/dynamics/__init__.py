@@ -6,7 +6,8 @@ generated Python and C kernels), payload terms and constraints.
 Imports only ``rb_dynamics.model``.
 """
 
-from .codegen import KernelIR
+from .codegen import generate_kernels
+from .codegen_ir import KernelIR
 from .constraints import (
     CONSTRAINT_TYPES,
     Baumgarte,
@@ -116,6 +117,7 @@ __all__ = [
     "crba",
     "default_payload_link",
     "forward_dynamics_crba",
+    "generate_kernels",
     "gravity",
     "kernels_choice",
     "kinetic_energy",

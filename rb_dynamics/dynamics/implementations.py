@@ -38,7 +38,8 @@ from rb_dynamics.model import Model
 
 from . import kernel_cache
 from . import reference as _ref
-from .codegen import KernelIR, emit_python, generate_kernels, nonfinite_message
+from .codegen import generate_kernels
+from .codegen_ir import KernelIR, emit_python, nonfinite_message
 
 __all__ = [
     "KERNEL_CHOICES",

@@ -49,8 +49,8 @@ import numpy as np
 from rb_dynamics.model import Model
 
 from . import reference as _ref
-from .codegen import KernelIR, nonfinite_message
 from .codegen_c import ABI, emit_c
+from .codegen_ir import KernelIR, nonfinite_message
 
 try:
     from . import _ckernels
