@@ -256,7 +256,7 @@ def test_batched_call_releases_the_gil(module_cache):
     fast = make_dynamics(model, "c")
     rng = np.random.default_rng(1)
     Q = np.array([random_state(model, rng)[0] for _ in range(200)])
-    Q = np.tile(Q, (200, 1))  # 40,000 states: ~0.1-0.2 s of ABA
+    Q = np.tile(Q, (200, 1))  # 40,000 states of ABA: many ticks of the probe thread long
     v, tau = np.zeros(model.nv), np.zeros(model.nv)
     start, stop, inside = ticks_during(lambda: fast.aba(Q, v, tau))
     # with the GIL held for the whole call the test's thread could not tick during it

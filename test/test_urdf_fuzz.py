@@ -58,7 +58,7 @@ def _check(xml: str, seconds: float = 2.0) -> None:
     # generation is shared by both backends: the Python kernels test it without a compiler run
     # per example; any model load_model accepts compiles or raises ValueError, nothing else
     if model.n_bodies > 40:
-        return  # nodes keep models this large on the reference algorithms (backend.py)
+        return  # nodes keep models this large on the reference algorithms (implementations.py)
     try:
         fast = make_dynamics(model, kernels="python")
         value = fast.gravity(q)

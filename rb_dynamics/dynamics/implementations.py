@@ -352,8 +352,8 @@ class LiveDynamics:
 
     ``implementation`` is the current ``Dynamics``; ``_use`` makes its five methods this
     object's own attributes, so that a call goes straight to the implementation: a forwarding
-    method or property would add a Python-level lookup to every call, as much as a third of
-    a C gravity call on an arm. Both implementations give the same results, so a caller that
+    method or property would add an interpreted step to every call, comparable on an arm to
+    the C kernel's own work. Both implementations give the same results, so a caller that
     sees the switch between two calls (or between two methods) gets consistent answers.
     """
 
