@@ -322,8 +322,9 @@ def make_dynamics(model: Model, kernels: str | None = None) -> Dynamics:
     - "python": ``FastDynamics``;
     - "reference": ``ReferenceDynamics``.
 
-    Generated kernels exist for every model, even one whose forward dynamics is undefined (a
-    joint moving only massless links): their ``aba`` raises the reference's ValueError.
+    "c" and "python" raise ValueError for a model whose constants overflow in generated code.
+    Kernels are generated even for a model whose forward dynamics is undefined (a joint
+    moving only massless links): their ``aba`` raises the reference's ValueError.
     """
     choice = kernels_choice(kernels)
     if choice == "reference":
