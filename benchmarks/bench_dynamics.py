@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT / "test"))
 
 from pin_oracle import Oracle, random_state, rel_err, robots_dir
 
-from rb_dynamics.dynamics import compile_dynamics
+from rb_dynamics.dynamics import make_dynamics
 from rb_dynamics.model import load_model
 
 MODELS = {
@@ -69,10 +69,10 @@ class _Case:
         self.name = name
         self.model = load_model(xml, floating_base=floating)
         start = time.perf_counter()
-        self.fast = compile_dynamics(self.model, kernels="c")
+        self.fast = make_dynamics(self.model, kernels="c")
         self.compile_s = time.perf_counter() - start
         start = time.perf_counter()
-        self.py = compile_dynamics(self.model, kernels="python")
+        self.py = make_dynamics(self.model, kernels="python")
         self.generate_s = time.perf_counter() - start
         self.oracle = Oracle(self.model, xml)
         rng = np.random.default_rng(2024)

@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "test"))
 
 from pin_oracle import Oracle, random_state, rel_err, robots_dir
 
-from rb_dynamics.dynamics import Payload, PayloadEffort, compile_dynamics, default_payload_link
+from rb_dynamics.dynamics import Payload, PayloadEffort, default_payload_link, make_dynamics
 from rb_dynamics.model import load_model
 
 MODELS = {
@@ -46,7 +46,7 @@ def _bench(name: str, rel: str, rng, number: int, repeat: int) -> str:
     model = load_model(xml)
     link = default_payload_link(model)
     payload = Payload(link, 1.7, [0.01, -0.02, 0.07], np.diag([4e-3, 5e-3, 2e-3]))
-    effort, kernels = PayloadEffort(model, payload), compile_dynamics(model)
+    effort, kernels = PayloadEffort(model, payload), make_dynamics(model)
     oracle = Oracle(model, xml)
     pm = oracle.pm
     frame = pm.frames[pm.getFrameId(link, pin.BODY)]

@@ -34,7 +34,7 @@ from pin_oracle import REAL_ROBOTS, robots_dir  # noqa: E402
 
 from rb_dynamics.dynamics import (
     KERNEL_METHODS,  # noqa: E402
-    compile_dynamics,  # noqa: E402
+    make_dynamics,  # noqa: E402
 )
 from rb_dynamics.model import load_model  # noqa: E402
 from rb_dynamics.simulation import Simulator  # noqa: E402
@@ -174,7 +174,7 @@ def main() -> int:
     args = parser.parse_args()
     urdf = Path(robots_dir(), REAL_ROBOTS["panda"][0])
     model = load_model(urdf)
-    dyn = compile_dynamics(model, "c")
+    dyn = make_dynamics(model, "c")
     results: dict = {"simulator": [], "service": [], "breakdown": []}
 
     print(f"{'panda, 1 ms':<13}{'integrator':<21}{'path':<8}{'steps/s':>10}{'µs/step':>9}"

@@ -21,7 +21,7 @@ from sensor_msgs.msg import JointState
 from std_srvs.srv import SetBool
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-from rb_dynamics.dynamics import suggest_identification_poses
+from rb_dynamics.identification import suggest_identification_poses
 from rb_dynamics.model import Model, load_model
 from rb_dynamics_interfaces.srv import IdentifyPayload, SetPayload
 

@@ -35,10 +35,9 @@ from urdf_samples import kitchen_sink_urdf
 
 from rb_dynamics.dynamics import (
     KernelBuildError,
-    cached_kernels,
-    compile_dynamics,
+    LiveDynamics,
     kernel_cache,
-    start_compile,
+    make_dynamics,
 )
 from rb_dynamics.dynamics import reference as D
 from rb_dynamics.model import load_model
@@ -87,8 +86,8 @@ def case(request, module_cache):
     name, model, xml = load_case(request.param)
     rng = np.random.default_rng(17)
     states = [random_state(model, rng) for _ in range(N_STATES)]
-    fast_c = compile_dynamics(model, kernels="c")
-    return name, model, Oracle(model, xml), fast_c, compile_dynamics(model, "python"), states
+    fast_c = make_dynamics(model, kernels="c")
+    return name, model, Oracle(model, xml), fast_c, make_dynamics(model, "python"), states
 
 
 def _calls(fast, q, v, a, tau) -> dict[str, np.ndarray]:
@@ -167,7 +166,7 @@ def _raises_same(fast_c, fast_py, method: str, *args) -> str:
 
 def test_bad_inputs_raise_the_python_kernels_errors(module_cache):
     model = load_model(kitchen_sink_urdf(with_floating=False), floating_base=True)
-    fast_c, fast_py = compile_dynamics(model, "c"), compile_dynamics(model, "python")
+    fast_c, fast_py = make_dynamics(model, "c"), make_dynamics(model, "python")
     q, v, a, tau = random_state(model, np.random.default_rng(3))
     nan_a, inf_tau = a.copy(), tau.copy()
     nan_a[1], inf_tau[-1] = np.nan, -np.inf
@@ -217,7 +216,7 @@ def _massless_leaf_urdf(mimic: str = "") -> str:
                          ids=["aba", "mimic_crba_ldlt"])
 def test_massless_leaf_has_rnea_but_no_forward_dynamics(module_cache, kind, mimic):
     model = load_model(_massless_leaf_urdf(mimic))
-    fast = compile_dynamics(model, kind)  # generation succeeds
+    fast = make_dynamics(model, kind)  # generation succeeds
     q, v, a, tau = random_state(model, np.random.default_rng(8))
     assert rel_err(fast.rnea(q, v, a), D.rnea(model, q, v, a)) <= 1e-12
     assert rel_err(fast.gravity(q), D.gravity(model, q)) <= 1e-12
@@ -238,27 +237,26 @@ def test_massless_leaf_has_rnea_but_no_forward_dynamics(module_cache, kind, mimi
 
 def test_kernel_choice_and_environment(module_cache, monkeypatch):
     model = load_model(kitchen_sink_urdf())
-    assert compile_dynamics(model).kind == "c"
-    assert cached_kernels(model).kind == "c"
+    assert make_dynamics(model).kind == "c"
     monkeypatch.setenv("RB_DYNAMICS_KERNELS", "python")
-    assert compile_dynamics(model).kind == "python"
-    assert compile_dynamics(model, kernels="c").kind == "c"  # an explicit choice wins
-    assert cached_kernels(model) is None  # nodes switching to C respect the choice too
-    assert start_compile(model).result(timeout=60) == (None, "RB_DYNAMICS_KERNELS=python")
+    assert make_dynamics(model).kind == "python"
+    assert make_dynamics(model, kernels="c").kind == "c"  # an explicit choice wins
+    live = LiveDynamics(model)  # nodes building in the background respect the choice too
+    assert live.wait(60) and live.kind == "python", live.problem
     monkeypatch.setenv("RB_DYNAMICS_KERNELS", "fortran")
     with pytest.raises(ValueError, match="RB_DYNAMICS_KERNELS"):
-        compile_dynamics(model)
+        make_dynamics(model)
     with pytest.raises(ValueError, match="kernels must be one of"):
-        compile_dynamics(model, kernels="C++")
+        make_dynamics(model, kernels="C++")
 
 
 def test_batched_call_releases_the_gil(module_cache):
     rel, floating = REAL_ROBOTS["talos"]
     model = load_model(Path(robots_dir(), rel).read_text(), floating_base=floating)
-    fast = compile_dynamics(model, "c")
+    fast = make_dynamics(model, "c")
     rng = np.random.default_rng(1)
     Q = np.array([random_state(model, rng)[0] for _ in range(200)])
-    Q = np.tile(Q, (200, 1))  # 40,000 states: ~0.1-0.2 s of ABA
+    Q = np.tile(Q, (200, 1))  # 40,000 states of ABA: many ticks of the probe thread long
     v, tau = np.zeros(model.nv), np.zeros(model.nv)
     start, stop, inside = ticks_during(lambda: fast.aba(Q, v, tau))
     # with the GIL held for the whole call the test's thread could not tick during it
@@ -278,16 +276,14 @@ logging.getLogger("rb_dynamics.kernels").setLevel(logging.DEBUG)
 if "no-trampoline" in sys.argv:
     sys.modules["rb_dynamics.dynamics._ckernels"] = None  # as if the extension was never built
 import numpy as np
-from rb_dynamics.dynamics import compile_dynamics
-from rb_dynamics.dynamics import KernelBuildError, cached_kernels
+from rb_dynamics.dynamics import KernelBuildError, make_dynamics
 from rb_dynamics.model import load_model
 model = load_model(sys.stdin.read())
-out = {"cached": cached_kernels(model) is not None}
-fast = compile_dynamics(model)
+fast = make_dynamics(model)
 q = np.linspace(-1.0, 1.0, model.nq)
-out.update(kind=fast.kind, records=records, gravity=fast.gravity(q).tolist())
+out = dict(kind=fast.kind, records=list(records), gravity=fast.gravity(q).tolist())
 try:
-    compile_dynamics(model, kernels="c")
+    make_dynamics(model, kernels="c")
     out["forced"] = "c"
 except KernelBuildError as exc:
     out["forced"] = str(exc)
@@ -314,7 +310,7 @@ def _probe(env_changes: dict[str, str | None], *flags: str, urdf: str | None = N
 def _python_gravity(urdf: str | None = None) -> list[float]:
     model = load_model(urdf or kitchen_sink_urdf())
     q = np.linspace(-1.0, 1.0, model.nq)
-    return compile_dynamics(model, "python").gravity(q).tolist()
+    return make_dynamics(model, "python").gravity(q).tolist()
 
 
 @pytest.fixture
@@ -335,7 +331,7 @@ def recording_cc(tmp_path) -> tuple[str, Path]:
 def test_without_compiler_or_trampoline_falls_back_with_one_log_line(fresh_cache, env_changes,
                                                                      flags):
     out = _probe({"RB_DYNAMICS_CACHE": str(fresh_cache), **env_changes}, *flags)
-    assert out["kind"] == "python" and not out["cached"]
+    assert out["kind"] == "python"
     assert len(out["records"]) == 1 and out["records"][0].startswith("WARNING C kernels "
                                                                      "unavailable")
     assert out["gravity"] == _python_gravity()
@@ -356,12 +352,12 @@ def test_second_process_loads_from_cache_without_compiling(fresh_cache, recordin
     cc, calls = recording_cc
     env = {"RB_DYNAMICS_CACHE": str(fresh_cache), "CC": cc}
     first = _probe(env)
-    assert first["kind"] == "c" and not first["cached"]
+    assert first["kind"] == "c"
     n_calls = len(calls.read_text().splitlines())
     assert n_calls >= 2  # compile units, then link
     assert any("compiled in" in r for r in first["records"])
     second = _probe(env)
-    assert second["kind"] == "c" and second["cached"]
+    assert second["kind"] == "c"
     assert len(calls.read_text().splitlines()) == n_calls  # no compiler ran
     assert any("loaded from the cache" in r for r in second["records"])
     assert second["gravity"] == first["gravity"]
@@ -409,28 +405,24 @@ def test_unwritable_cache_falls_back_to_python(tmp_path):
     assert out["gravity"] == _python_gravity()
 
 
-def test_start_compile_in_background_then_cached(fresh_cache, recording_cc, monkeypatch):
+def test_background_build_then_cached(fresh_cache, recording_cc, monkeypatch):
     cc, calls = recording_cc
     monkeypatch.setenv("CC", cc)
     model = load_model(_massless_leaf_urdf())
-    assert cached_kernels(model) is None  # an empty cache: None at once, no compiler run
-    assert not calls.exists()
-    build = start_compile(model)
-    kernels, done = build.result(timeout=120)
-    assert build.done() and kernels is not None and kernels.kind == "c", done
-    assert "compiled in" in done
+    live = LiveDynamics(model, "c")
+    assert live.wait(120) and live.kind == "c" and live.kernels is not None, live.problem
     n_calls = len(calls.read_text().splitlines())
-    again = cached_kernels(model)
-    assert again is not None and again.kind == "c"
-    assert len(calls.read_text().splitlines()) == n_calls
+    assert n_calls >= 2  # compile units, then link
+    again = make_dynamics(model, "c")  # a cache hit: no compiler runs
+    assert again.kind == "c" and len(calls.read_text().splitlines()) == n_calls
     q = np.linspace(-0.5, 0.5, model.nq)
-    assert np.array_equal(again.crba(q), compile_dynamics(model, "python").crba(q))
+    assert np.array_equal(again.crba(q), make_dynamics(model, "python").crba(q))
+    assert np.array_equal(live.crba(q), again.crba(q))
 
 
-def test_start_compile_reports_why_not(fresh_cache, monkeypatch):
+def test_background_build_reports_why_not(fresh_cache, monkeypatch):
     monkeypatch.setenv("CC", "/nonexistent/cc")
-    build = start_compile(load_model(kitchen_sink_urdf()))
-    kernels, why = build.result(timeout=60)
-    assert build.done() and kernels is None and "not found" in why
+    live = LiveDynamics(load_model(kitchen_sink_urdf()), "c")
+    assert live.wait(60) and live.kind == "reference" and "not found" in live.problem
     with pytest.raises(KernelBuildError, match="not found"):
-        compile_dynamics(load_model(kitchen_sink_urdf()), kernels="c")
+        make_dynamics(load_model(kitchen_sink_urdf()), kernels="c")

@@ -25,8 +25,8 @@ from rb_dynamics.dynamics import (
     ConstraintSet,
     LiveDynamics,
     ReferenceDynamics,
-    compile_dynamics,
     kernel_cache,
+    make_dynamics,
 )
 from rb_dynamics.model import load_model
 from rb_dynamics.ros.control_node.dynamics_services import RollOut
@@ -50,7 +50,7 @@ def _load(name: str):
 @pytest.fixture(scope="module", params=["panda", "ur5", "default_arm"])
 def arm(request):
     model = _load(request.param)
-    return request.param, model, compile_dynamics(model, "c")
+    return request.param, model, make_dynamics(model, "c")
 
 
 class StepOnly:
@@ -240,13 +240,13 @@ def test_bad_arguments_are_refused_without_a_crash(arm):
 def test_only_fixed_base_one_dof_models_with_c_kernels_take_it():
     model = _load("panda")
     assert compiled_steps(ReferenceDynamics(model), "rk4") is None
-    assert compiled_steps(compile_dynamics(model, "python"), "rk4") is None
-    dyn = compile_dynamics(model, "c")
+    assert compiled_steps(make_dynamics(model, "python"), "rk4") is None
+    dyn = make_dynamics(model, "c")
     assert compiled_steps(dyn, "rk4") is not None
     assert compiled_steps(dyn, "rk4", f_ext={"panda_link7": np.ones(6)}) is None
     assert compiled_steps(dyn, "rk4", constraints=ConstraintSet([])) is not None  # empty
     floating = load_model(Path(robots_dir(), REAL_ROBOTS["panda"][0]), floating_base=True)
-    assert compiled_steps(compile_dynamics(floating, "c"), "rk4") is None
+    assert compiled_steps(make_dynamics(floating, "c"), "rk4") is None
 
 
 def test_the_roll_out_releases_the_gil(arm):
@@ -380,7 +380,7 @@ def test_simulate_compiled_equals_simulate_by_steps(fields):
     """~/simulate's roll-out in C (with the law called back per step) gives the points the
     step-by-step roll-out gives, chunk boundaries (250 steps) and decimation included."""
     model = _load("panda")
-    dyn = compile_dynamics(model, "c")
+    dyn = make_dynamics(model, "c")
     fast, ref = _roll_out(dyn, _request(**fields)), _roll_out(StepOnly(dyn), _request(**fields))
     assert fast.fast is not None and ref.fast is None
     a, b = fast.trajectory.points, ref.trajectory.points
@@ -398,7 +398,7 @@ def test_simulate_compiled_equals_simulate_by_steps(fields):
 
 def test_simulate_diverging_reports_the_step_either_way():
     model = _load("panda")
-    dyn = compile_dynamics(model, "c")
+    dyn = make_dynamics(model, "c")
     request = _request(torque_mode="constant", efforts=[1e306] * 8, duration=0.01)
     messages = []
     for d in (dyn, StepOnly(dyn)):

@@ -16,7 +16,7 @@ import pytest
 from pin_oracle import Oracle, WorstErrors, load_case, oracle_models, random_state, rel_err
 from urdf_samples import kitchen_sink_urdf
 
-from rb_dynamics.dynamics import FastDynamics, compile_dynamics
+from rb_dynamics.dynamics import FastDynamics, make_dynamics
 from rb_dynamics.dynamics import reference as D
 from rb_dynamics.model import load_model
 
@@ -41,7 +41,7 @@ def case(request):
     oracle = Oracle(model, xml)
     rng = np.random.default_rng(11)
     states = [random_state(model, rng) for _ in range(N_STATES)]
-    return name, model, oracle, compile_dynamics(model, kernels="python"), states
+    return name, model, oracle, make_dynamics(model, kernels="python"), states
 
 
 def _pin_references(oracle: Oracle, q, v, a, tau) -> dict[str, np.ndarray]:
@@ -165,7 +165,7 @@ def test_large_finite_inputs_are_not_rejected():
     a result that overflows is refused rather than returned as inf."""
     model = load_model(kitchen_sink_urdf(with_mimic=False, with_planar=False,
                                          with_floating=False))
-    fast = compile_dynamics(model, kernels="python")
+    fast = make_dynamics(model, kernels="python")
     q, zero = model.neutral_configuration(), np.zeros(model.nv)
     huge = np.full(model.nv, 4e307)  # the sum overflows, M a does not
     assert sum(huge.tolist()) == float("inf")
@@ -178,7 +178,7 @@ def test_model_without_joints():
     xml = ('<robot name="welded"><link name="a"/><link name="b"><inertial><mass value="1"/>'
            '<inertia ixx="1" iyy="1" izz="1" ixy="0" ixz="0" iyz="0"/></inertial></link>'
            '<joint name="w" type="fixed"><parent link="a"/><child link="b"/></joint></robot>')
-    fast = compile_dynamics(load_model(xml), kernels="python")
+    fast = make_dynamics(load_model(xml), kernels="python")
     empty = np.zeros(0)
     assert fast.rnea(empty, empty, empty).shape == (0,)
     assert fast.crba(empty).shape == (0, 0)

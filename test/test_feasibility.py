@@ -15,7 +15,7 @@ from urdf_samples import kitchen_sink_urdf
 from rb_dynamics import DEFAULT_URDF
 from rb_dynamics.control import TrajectoryPoint, TrajectorySampler
 from rb_dynamics.control import feasibility as F
-from rb_dynamics.dynamics import Payload, compile_dynamics, with_payload
+from rb_dynamics.dynamics import Payload, make_dynamics, with_payload
 from rb_dynamics.dynamics import reference as D
 from rb_dynamics.model import load_model
 
@@ -60,7 +60,7 @@ def test_efforts_along_a_trajectory_match_pinocchio(name):
     # the Panda's right finger is a mimic joint: our coordinates hold the left one only, and
     # the oracle maps states and efforts between the models by joint name
     tau = F.trajectory_efforts(model, t, q, v, a)
-    fast = F.trajectory_efforts(compile_dynamics(model), t, q, v, a)
+    fast = F.trajectory_efforts(make_dynamics(model), t, q, v, a)
     for k in range(len(t)):
         ref = oracle.from_v(pin.rnea(pm, pd, oracle.q(q[k]), oracle.v(v[k]), oracle.v(a[k])))
         assert rel_err(tau[k], ref) <= TOL
@@ -79,7 +79,7 @@ def test_efforts_with_a_payload():
     rng = np.random.default_rng(1)
     t, q, v, a = smooth_trajectory(model, 30, 2.0, rng)
     payload = Payload("tool0", 2.5, [0.01, 0.02, 0.08], np.diag([0.01, 0.01, 0.005]))
-    tau = F.trajectory_efforts(compile_dynamics(model), t, q, v, a, payload=payload)
+    tau = F.trajectory_efforts(make_dynamics(model), t, q, v, a, payload=payload)
     assert rel_err(tau, D.rnea(with_payload(model, payload), q, v, a)) <= 1e-12
     report = F.feasibility_report(model, t, q, v, a, payload)
     assert rel_err(report.efforts, tau) <= 1e-12
@@ -176,7 +176,7 @@ def test_single_point_and_backend_equivalence():
     assert rel_err(report.efforts[0], D.gravity(model, q[0])) <= 1e-15
     t, q, v, a = smooth_trajectory(model, 700, 7.0, np.random.default_rng(3))
     ref = F.feasibility_report(model, t, q, v)  # 700 points: three chunks of segments
-    fast = F.feasibility_report(compile_dynamics(model), t, q, v)
+    fast = F.feasibility_report(make_dynamics(model), t, q, v)
     assert rel_err(fast.efforts, ref.efforts) <= 1e-12
     assert rel_err(fast.effort_ratio, ref.effort_ratio) <= 1e-12
     assert np.array_equal(fast.velocity_ratio, ref.velocity_ratio)

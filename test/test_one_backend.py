@@ -46,7 +46,7 @@ def test_the_control_node_hands_one_dynamics_to_the_loop_and_the_services(contex
         # the control law and the services (through the payload layer, no payload set)
         assert node.loop.controller.law.dynamics is dynamics
         assert node.payload.dynamics() is dynamics
-        # its methods are the compiled kernels' own (rebound when they arrived)
+        # its methods are the compiled kernels' own (taken over when they arrived)
         assert dynamics.kernels is not None and dynamics.rnea.__self__ is not dynamics
     finally:
         node.destroy_node()

@@ -17,8 +17,8 @@ from rb_dynamics.dynamics import (
     Payload,
     PayloadDynamics,
     ReferenceDynamics,
-    compile_dynamics,
     default_payload_link,
+    make_dynamics,
 )
 from rb_dynamics.model import load_model
 
@@ -58,7 +58,7 @@ def test_payload_dynamics_match_pinocchio(name):
     wrench = {payload.link: np.array([3.0, -2.0, 5.0, 0.2, 0.1, -0.3])}
     # the generated (Python) kernels and the reference as bases: the C kernels give the same
     # results as these (test_c_kernels.py), and compiling them here would cost minutes
-    for base in (compile_dynamics(model, "python"), ReferenceDynamics(model)):
+    for base in (make_dynamics(model, "python"), ReferenceDynamics(model)):
         dyn = PayloadDynamics(base, payload)
         assert dyn.kind.endswith("+ payload") and dyn.model.nv == model.nv
         qs, vs, as_, taus = [], [], [], []

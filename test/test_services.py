@@ -19,7 +19,7 @@ from rcl_interfaces.srv import GetParameters
 from ros_harness import Session, control_node
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-from rb_dynamics.dynamics import compile_dynamics
+from rb_dynamics.dynamics import make_dynamics
 from rb_dynamics.dynamics import reference as D
 from rb_dynamics.model import JOINT_DIMENSIONS, Model, load_model
 from rb_dynamics.simulation import joint_losses, step
@@ -156,7 +156,7 @@ def _request(**fields) -> Simulate.Request:
 
 def _roll_out_here(model, q, v, efforts, dt, steps, method, losses=False):
     """States and efforts at every step (and the end), stepped in this process."""
-    fast = compile_dynamics(model)
+    fast = make_dynamics(model)
     states = [(q, v)]
     for k in range(steps):
         s = step(fast, q, v, efforts(k * dt), dt, method, losses=losses, limits=losses)
@@ -181,7 +181,7 @@ def test_simulate_constant_rk4_matches_stepping_in_process(host):
     assert len(points) == 21 and answer.trajectory.joint_names == NAMES[::-1]
     assert [round(_seconds(p), 9) for p in points] == [round(0.01 * k, 9) for k in range(21)]
     states = _roll_out_here(MODEL, Q0, v0, lambda t: tau, 1e-3, 200, "rk4")
-    fast = compile_dynamics(MODEL)
+    fast = make_dynamics(MODEL)
     for k, point in enumerate(points):
         q, v = states[10 * k]
         np.testing.assert_allclose(point.positions, q[::-1], rtol=0, atol=1e-12)
@@ -224,7 +224,7 @@ def test_simulate_series_with_losses_matches_stepping_in_process(host):
         np.testing.assert_allclose(points[k].velocities, states[k][1][::-1], atol=1e-10)
         np.testing.assert_allclose(points[k].effort, efforts(k * 1e-3)[::-1], atol=0)
     q, v = states[-1]
-    fast = compile_dynamics(MODEL)
+    fast = make_dynamics(MODEL)
     final = fast.aba(q, v, joint_losses(MODEL, v))  # zero efforts after 0.12 s
     np.testing.assert_allclose(points[-1].accelerations, final[::-1], atol=1e-8)
 

@@ -17,7 +17,7 @@ from ros2_control_samples import (
 from topic_hardware_emulator import TopicHardwareEmulator
 
 from rb_dynamics import DEFAULT_URDF
-from rb_dynamics.dynamics import ReferenceDynamics, compile_dynamics
+from rb_dynamics.dynamics import ReferenceDynamics, make_dynamics
 from rb_dynamics.dynamics import reference as D
 from rb_dynamics.model import (
     COMMAND_FIELDS,
@@ -43,7 +43,7 @@ PANDA_READY = np.array([0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785, 0.0])
 def setup(xml: str, q0: np.ndarray, integrator: str = "semi_implicit_euler", **drive_options):
     model = load_model(xml)
     layout = command_layout(model, read_ros2_control(xml))
-    fast = compile_dynamics(model)
+    fast = make_dynamics(model)
     drives = make_drives(model, layout, q0, dt=DT, integrator=integrator, dynamics=fast,
                          **drive_options)
     sim = ServoSimulator(fast, drives, dt=DT, integrator=integrator, q0=q0)
@@ -314,7 +314,7 @@ def test_the_stability_check_predicts_divergence_of_coupled_panda(integrator):
     model = load_model(xml)
     model.effort_limit[:] = 1e9  # no saturation: the linear analysis holds
     layout = command_layout(model, read_ros2_control(xml))
-    fast = compile_dynamics(model)
+    fast = make_dynamics(model)
     limit = max_stable_bandwidth(model, PANDA_READY, layout, DT, integrator, margin=1.0)
     for factor, grows in ((0.95, False), (1.05, True)):
         gains = servo_gains(model, PANDA_READY, layout.joints, factor * limit)

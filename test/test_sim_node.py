@@ -15,7 +15,7 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import SetBool, Trigger
 
-from rb_dynamics.dynamics import compile_dynamics
+from rb_dynamics.dynamics import make_dynamics
 from rb_dynamics.dynamics import reference as D
 from rb_dynamics.model import load_model
 from rb_dynamics.simulation import Simulator
@@ -158,7 +158,7 @@ def test_steps_on_an_external_clock_with_use_sim_time(tmp_path):
         assert sim.wait_for(lambda: tick(end) or stamp() >= end - 1e-9, 10)
         assert abs(stamp() - end) < 1e-9
         model = load_model(UR5)
-        reference = Simulator(compile_dynamics(model), 1e-3, "semi_implicit_euler",
+        reference = Simulator(make_dynamics(model), 1e-3, "semi_implicit_euler",
                               q0=np.array(Q0))
         reference.advance(0.2, 1000)
         np.testing.assert_allclose(states[-1][1].position, reference.q, rtol=0, atol=1e-9)

@@ -12,7 +12,7 @@ import pinocchio as pin
 import pytest
 from pin_oracle import REAL_ROBOTS, robots_dir
 
-from rb_dynamics.dynamics import compile_dynamics
+from rb_dynamics.dynamics import make_dynamics
 from rb_dynamics.dynamics import reference as D
 from rb_dynamics.model import load_model
 from rb_dynamics.simulation import step
@@ -58,7 +58,7 @@ def test_falling_chain_agrees_with_pinocchio_integrated_the_same_way(n, alternat
     pm = pin.buildModelFromXML(xml)
     pd = pm.createData()
     assert pm.nq == model.nq == n and model.joint_names == [f"j{i}" for i in range(1, n + 1)]
-    fast = compile_dynamics(model)
+    fast = make_dynamics(model)
     tip = f"link{n}"
     fid = pm.getFrameId(tip, pin.BODY)
 
@@ -95,7 +95,7 @@ def test_free_panda_keeps_its_energy_for_10_s_with_rk4():
     xml = Path(robots_dir(), REAL_ROBOTS["panda"][0]).read_text()
     xml = re.sub(r'(<joint name="panda_finger_joint\d" type=")prismatic(")', r"\1fixed\2", xml)
     model = load_model(xml)
-    fast = compile_dynamics(model)
+    fast = make_dynamics(model)
     q = np.array([0.0, -0.4, 0.0, -2.0, 0.0, 1.6, 0.8])
     v = np.array([0.3, -0.2, 0.4, 0.1, -0.5, 0.2, 0.6])
     zero = np.zeros(model.nv)
@@ -125,7 +125,7 @@ def test_roll_out_agrees_with_mujoco(n, alternate):
     mj_model.opt.integrator = mujoco.mjtIntegrator.mjINT_RK4
     mj_data = mujoco.MjData(mj_model)
     model = load_model(xml)
-    fast = compile_dynamics(model)
+    fast = make_dynamics(model)
     q, v, worst = np.zeros(n), np.zeros(n), 0.0
     for _ in range(2000):
         mujoco.mj_step(mj_model, mj_data)

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from pin_oracle import REAL_ROBOTS, robots_dir
 from urdf_samples import kitchen_sink_urdf
 
-from rb_dynamics.dynamics import compile_dynamics
+from rb_dynamics.dynamics import make_dynamics
 from rb_dynamics.dynamics import reference as D
 from rb_dynamics.model import URDFError, load_model
 
@@ -58,9 +58,9 @@ def _check(xml: str, seconds: float = 2.0) -> None:
     # generation is shared by both backends: the Python kernels test it without a compiler run
     # per example; any model load_model accepts compiles or raises ValueError, nothing else
     if model.n_bodies > 40:
-        return  # nodes keep models this large on the reference algorithms (backend.py)
+        return  # nodes keep models this large on the reference algorithms (implementations.py)
     try:
-        fast = compile_dynamics(model, kernels="python")
+        fast = make_dynamics(model, kernels="python")
         value = fast.gravity(q)
     except ValueError:
         return

@@ -219,7 +219,7 @@ def trajectory_efforts(
     """Efforts (N, nv) at the trajectory's points by inverse dynamics (with the payload if
     given). Missing velocities or accelerations come from the controller's spline (module
     docstring). ``model_or_backend``: a Model (reference RNEA) or a dynamics object such as
-    ``rb_dynamics.dynamics.compile_dynamics(model)`` (its batched kernels). Raises ValueError
+    ``rb_dynamics.dynamics.make_dynamics(model)`` (its batched kernels). Raises ValueError
     for a model that is not fixed-base with revolute or prismatic joints, and for times that
     are not increasing or arrays that are not (N, nv) finite numbers."""
     model, rnea = _dynamics(model_or_backend)

@@ -2,12 +2,13 @@
 /*
  * rb_dynamics.dynamics._ckernels: the fixed trampoline between Python and per-model C kernels.
  *
- * The kernels themselves are generated per model (rb_dynamics/codegen_c.py), compiled into a
- * shared library and loaded by rb_dynamics/kernel_cache.py, which hands their addresses to
- * Kernels.__init__. This file never changes with the model: it validates the inputs exactly
- * like the Python kernels (same ValueError messages, same order of checks), allocates the
- * result, calls the kernel and refuses a non-finite result. ctypes or cffi on the call path
- * would cost more than the kernels themselves; a METH_FASTCALL method costs ~0.1 µs.
+ * The kernels themselves are generated per model (rb_dynamics/dynamics/codegen_c.py), compiled
+ * into a shared library and loaded by rb_dynamics/dynamics/kernel_cache.py, which hands their
+ * addresses to Kernels.__init__. This file never changes with the model: it validates the
+ * inputs exactly like the Python kernels (same ValueError messages, same order of checks),
+ * allocates the result, calls the kernel and refuses a non-finite result. ctypes or cffi on
+ * the call path would cost more than the kernels themselves; a METH_FASTCALL method adds
+ * only the argument checks to the kernel's own time.
  *
  * Per-model library ABI (RB_KERNEL_ABI; codegen_c.ABI must match):
  *   void rb_<kernel>(const double *const *in, double *out);
@@ -364,7 +365,7 @@ KERNEL_METHOD(aba, 4)
  * exactly as it always does. The loop runs without the GIL.
  */
 
-#define COULOMB_SMOOTHING 0.1 /* simulation.COULOMB_SMOOTHING */
+#define COULOMB_SMOOTHING 0.1 /* rb_dynamics.model.COULOMB_SMOOTHING */
 enum { SEMI_IMPLICIT_EULER = 0, RK4 = 1 };
 enum { NLE = 2, CRBA = 3, ABA = 4 }; /* indices into KernelsObject.k */
 

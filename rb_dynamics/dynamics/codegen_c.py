@@ -14,7 +14,7 @@ processes run at once and lets the optimisation level follow the kernel's size.
 
 from __future__ import annotations
 
-from .codegen import KernelIR
+from .codegen_ir import KernelIR
 
 ABI = 1  # the per-model library ABI; equals RB_KERNEL_ABI in _ckernels.c
 

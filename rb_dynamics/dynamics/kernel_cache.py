@@ -2,16 +2,16 @@
 """Per-model C kernels: compiled by the system C compiler, cached on disk, called through
 the fixed trampoline ``rb_dynamics.dynamics._ckernels``.
 
-``backend.compile_dynamics(model)`` uses ``load_or_build``; nodes that must not wait
-for a compiler use ``cached_kernels`` (a cache hit or None, no compiler run) and
-``start_compile`` (generation and compilation in a background thread, the compiler itself in
-subprocesses, so the GIL is free meanwhile).
+``load_or_build(model, ir)`` is the one entry: it loads the model's library from the cache, or
+compiles it first (blocking; the compiler runs in subprocesses, so a caller in a background
+thread leaves the GIL free meanwhile), and returns the trampoline bound to it
+(``CompiledKernels``), which ``implementations.CDynamics`` wraps.
 
 Compiler: ``$CC`` (split like a shell word list), else ``cc`` or ``gcc`` on PATH. Flags: always
 ``-ffp-contract=off`` and never ``-ffast-math``, so results stay bit-comparable with the Python
 kernels; the optimisation level falls with the kernel's size, because compile time grows
-faster than linearly with the length of straight-line code (talos' ABA: ~9 s at -O2, ~0.2 s
-at -O0). Each kernel is its own translation unit and the units compile in parallel.
+faster than linearly with the length of straight-line code. Each kernel is its own translation
+unit and the units compile in parallel.
 
 Cache: ``$RB_DYNAMICS_CACHE``, else ``$XDG_CACHE_HOME/rb_dynamics/kernels``, else
 ``~/.cache/rb_dynamics/kernels``. A library is keyed by a hash of its C sources, the flags,
@@ -40,7 +40,6 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,8 +49,8 @@ import numpy as np
 from rb_dynamics.model import Model
 
 from . import reference as _ref
-from .codegen import KernelIR, _generate, kernels_choice, nonfinite_message
 from .codegen_c import ABI, emit_c
+from .codegen_ir import KernelIR, nonfinite_message
 
 try:
     from . import _ckernels
@@ -59,8 +58,7 @@ except ImportError as exc:  # built by setup.py (optional extension)
     _ckernels = None
     _NO_TRAMPOLINE = f"the extension rb_dynamics.dynamics._ckernels is not built ({exc})"
 
-__all__ = ["CDynamics", "KernelBuild", "KernelBuildError", "cache_dir", "cached_kernels",
-           "start_compile"]
+__all__ = ["CompiledKernels", "KernelBuildError", "cache_dir"]
 
 log = logging.getLogger("rb_dynamics.kernels")
 
@@ -140,15 +138,13 @@ class _Plan:
     path: Path
 
 
-def _plan(model: Model, ir: dict[str, KernelIR] | None) -> _Plan:
+def _plan(model: Model, ir: dict[str, KernelIR]) -> _Plan:
     if _ckernels is None:
         raise _Failed(_NO_TRAMPOLINE)
     if _ckernels.ABI != ABI:  # an extension built from an older _ckernels.c
         raise _Failed(f"rb_dynamics.dynamics._ckernels has ABI {_ckernels.ABI}, expected "
                       f"{ABI}: rebuild it (pip install -e . or python setup.py build_ext "
                       "--inplace)")
-    if ir is None:
-        ir = _generate(model)
     compiler = _find_compiler()
     units = {name: emit_c(ir[name]) for name in KERNELS}
     flags = {name: _opt_flags(ir[name]) for name in KERNELS}
@@ -257,71 +253,48 @@ def _build(plan: _Plan, replace: bool = False) -> str:
 # ----------------------------------------------------------------------------- the kernels
 
 
-class CDynamics:
-    """Compiled, model-specialised kernels; the interface, results (≤ 1e-12 relative, bit
-    identical on one state), shapes and exceptions of ``codegen.FastDynamics``.
+@dataclass(frozen=True)
+class CompiledKernels:
+    """A model's C kernels, loaded: the trampoline bound to the library's entry points.
 
-    ``rnea``, ``gravity``, ``nonlinear_effects``, ``crba`` and ``aba`` are the trampoline's
-    methods, bound here so that a call runs no Python frame.
+    ``kernels`` (a ``_ckernels.Kernels``) has the ``Dynamics`` methods ``rnea``, ``gravity``,
+    ``nonlinear_effects``, ``crba`` and ``aba`` (the checks, shapes and errors of the Python
+    kernels) and ``rollout`` (many simulation steps in C). ``library`` must stay referenced
+    while ``kernels`` is used: the trampoline calls addresses inside it.
     """
 
-    kind = "c"
-
-    def __init__(self, plan: _Plan):
-        self.model, self.ir, self.sources, self.path = plan.model, plan.ir, plan.units, plan.path
-        self._library = ctypes.CDLL(str(plan.path))  # kept: the addresses below live in it
-        kernels = _ckernels.Kernels(tuple(self._spec(name) for name in KERNELS))
-        self.kernels = kernels  # the trampoline object: also rolls out many steps in C
-        self.rnea = kernels.rnea
-        self.gravity = kernels.gravity
-        self.nonlinear_effects = kernels.nonlinear_effects
-        self.crba = kernels.crba
-        self.aba = kernels.aba
-
-    def _spec(self, name: str) -> tuple:
-        """What _ckernels.Kernels needs to call and check one kernel."""
-        m, ir = self.model, self.ir[name]
-        entry = [None, None]
-        if ir.error is None:
-            entry = [ctypes.cast(getattr(self._library, f"rb_{name}{suffix}"),
-                                 ctypes.c_void_p).value for suffix in ("", "_n")]
-        names = _ARG_NAMES.get(name, tuple(p for p, _ in ir.args))
-        fallback = {"rnea": _ref.rnea, "aba": _ref.aba}.get(name)  # external wrenches
-        if fallback is not None:
-            names += ("f_ext",)
-            fallback = functools.partial(fallback, m)
-        return (*entry, names, tuple(n for _, n in ir.args), 2 if name == "crba" else 1,
-                m.nv, ir.error, nonfinite_message(name), fallback)
-
-    @property
-    def source(self) -> str:
-        """The generated C source of every kernel."""
-        return "\n".join(self.sources.values())
+    kernels: object
+    library: ctypes.CDLL
+    path: Path
+    sources: dict[str, str]  # kernel name → C translation unit ("" when undefined)
 
 
-def _load(plan: _Plan) -> CDynamics:
+def _spec(plan: _Plan, library: ctypes.CDLL, name: str) -> tuple:
+    """What _ckernels.Kernels needs to call and check one kernel."""
+    m, ir = plan.model, plan.ir[name]
+    entry = [None, None]
+    if ir.error is None:
+        entry = [ctypes.cast(getattr(library, f"rb_{name}{suffix}"), ctypes.c_void_p).value
+                 for suffix in ("", "_n")]
+    names = _ARG_NAMES.get(name, tuple(p for p, _ in ir.args))
+    fallback = {"rnea": _ref.rnea, "aba": _ref.aba}.get(name)  # external wrenches
+    if fallback is not None:
+        names += ("f_ext",)
+        fallback = functools.partial(fallback, m)
+    return (*entry, names, tuple(n for _, n in ir.args), 2 if name == "crba" else 1,
+            m.nv, ir.error, nonfinite_message(name), fallback)
+
+
+def _load(plan: _Plan) -> CompiledKernels:
     try:
-        return CDynamics(plan)
+        library = ctypes.CDLL(str(plan.path))
+        kernels = _ckernels.Kernels(tuple(_spec(plan, library, name) for name in KERNELS))
     except (OSError, AttributeError, TypeError, ValueError) as exc:  # unreadable or foreign
         raise _Failed(f"cannot load {plan.path}: {exc}") from None
+    return CompiledKernels(kernels, library, plan.path, plan.units)
 
 
-def cached_kernels(model: Model, ir: dict[str, KernelIR] | None = None) -> CDynamics | None:
-    """The C kernels of ``model`` if the cache already holds them (no compiler runs), else None.
-
-    Costs the code generation (~0.01 s for an arm, ~0.1 s for a humanoid) and a library load.
-    None too when ``$RB_DYNAMICS_KERNELS`` is "python".
-    """
-    if kernels_choice() == "python":
-        return None
-    try:
-        plan = _plan(model, ir)
-        return _load(plan) if plan.path.exists() else None
-    except _Failed:
-        return None
-
-
-def _load_or_compile(model: Model, ir: dict[str, KernelIR] | None) -> tuple[CDynamics, str]:
+def _load_or_compile(model: Model, ir: dict[str, KernelIR]) -> tuple[CompiledKernels, str]:
     plan = _plan(model, ir)
     cached = plan.path.exists()
     if cached:
@@ -331,10 +304,11 @@ def _load_or_compile(model: Model, ir: dict[str, KernelIR] | None) -> tuple[CDyn
     return _load(plan), done
 
 
-def load_or_build(model: Model, ir: dict[str, KernelIR] | None = None,
-                  required: bool = False) -> CDynamics | None:
-    """The C kernels of ``model``, compiled now if needed (blocking); on failure None and one
-    warning, or ``KernelBuildError`` when ``required``."""
+def load_or_build(model: Model, ir: dict[str, KernelIR],
+                  required: bool = False) -> CompiledKernels | None:
+    """The C kernels of ``model`` (its generated ``ir``), compiled now if the cache does not hold
+    them (blocking); on failure None and one warning, or ``KernelBuildError`` when
+    ``required``."""
     try:
         kernels, done = _load_or_compile(model, ir)
     except _Failed as exc:
@@ -345,50 +319,3 @@ def load_or_build(model: Model, ir: dict[str, KernelIR] | None = None,
         return None
     log.info("C kernels for model %r: %s (%s)", model.name, done, kernels.path)
     return kernels
-
-
-class KernelBuild:
-    """C kernels being generated and compiled in a background thread (``start_compile``)."""
-
-    def __init__(self, model: Model):
-        self.model = model
-        self._done = threading.Event()
-        self._result: tuple[CDynamics | None, str] = (None, "still compiling")
-        # a daemon thread: interpreter exit does not wait for a compile nobody will use
-        self._thread = threading.Thread(target=self._run, name=f"rb_dynamics kernels "
-                                        f"{model.name}", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            if kernels_choice() == "python":
-                self._result = (None, "RB_DYNAMICS_KERNELS=python")
-                return
-            kernels, done = _load_or_compile(self.model, None)
-            self._result = (kernels, done)
-            log.info("C kernels for model %r: %s (%s)", self.model.name, done, kernels.path)
-        except _Failed as exc:
-            self._result = (None, str(exc))
-            log.warning("C kernels unavailable for model %r (%s): using the Python kernels",
-                        self.model.name, exc)
-        except Exception as exc:  # a background build must never raise
-            self._result = (None, f"{type(exc).__name__}: {exc}")
-            log.warning("C kernels unavailable for model %r (%s)", self.model.name,
-                        self._result[1])
-        finally:
-            self._done.set()
-
-    def done(self) -> bool:
-        """True once ``result`` returns without waiting."""
-        return self._done.is_set()
-
-    def result(self, timeout: float | None = None) -> tuple[CDynamics | None, str]:
-        """(kernels, what was done) or (None, why not); waits up to ``timeout`` seconds."""
-        self._done.wait(timeout)
-        return self._result
-
-
-def start_compile(model: Model) -> KernelBuild:
-    """Start loading or compiling the C kernels of ``model`` without blocking the caller (the
-    result is None with the reason when ``$RB_DYNAMICS_KERNELS`` is "python")."""
-    return KernelBuild(model)

@@ -56,8 +56,14 @@ Wrenches = Mapping[str, np.ndarray]
 # ----------------------------------------------------------------------------- helpers
 
 
-def check_vector(x, size: int, name: str) -> np.ndarray:
-    """``x`` as a float array of shape (size,) or (N, size), finite, or a ValueError naming it."""
+def check_vector(x, size: int, name: str, finite: bool = True) -> np.ndarray:
+    """``x`` as a float array of shape (size,) or (N, size), finite, or a ValueError naming it:
+    "must be an array of numbers", "must have length …", "contains NaN or inf" (the wording
+    of every ``Dynamics`` implementation, the C trampoline's included).
+
+    ``finite=False`` leaves finiteness to a caller that checks its result instead (NaN and
+    inf spread into it) and calls this again on its inputs when the result is not finite.
+    """
     try:
         arr = np.asarray(x, dtype=float)
     except (TypeError, ValueError):
@@ -65,7 +71,7 @@ def check_vector(x, size: int, name: str) -> np.ndarray:
     if arr.ndim not in (1, 2) or arr.shape[-1] != size:
         raise ValueError(f"{name} must have length {size} (or shape (N, {size})), got shape "
                          f"{arr.shape}")
-    if not np.all(np.isfinite(arr)):
+    if finite and not np.isfinite(arr).all():
         raise ValueError(f"{name} contains NaN or inf")
     return arr
 
@@ -290,15 +296,25 @@ def _inverse_articulated_inertia(model: Model, i: int, D: np.ndarray,
     return np.linalg.inv(D)
 
 
-def forward_dynamics_crba(model: Model, q, v, tau, f_ext: Wrenches | None = None) -> np.ndarray:
-    """Forward dynamics through M(q) and a Cholesky solve: q̈ = M⁻¹ (τ − C v − g + Jᵀ f)."""
+def forward_dynamics_crba(model: Model, q, v, tau, f_ext: Wrenches | None = None,
+                          dynamics=None) -> np.ndarray:
+    """Forward dynamics through M(q) and a Cholesky solve: q̈ = M⁻¹ (τ − C v − g + Jᵀ f).
+
+    M and the bias C v + g − Jᵀ f come from ``dynamics.crba`` and ``dynamics.rnea`` (at q̈ = 0)
+    when ``dynamics`` (a ``Dynamics`` of ``model``) is given, else from the algorithms here.
+    A ValueError when forward dynamics is undefined (the model's problem, or a singular M).
+    """
     v = check_vector(v, model.nv, "v")
     tau = check_vector(tau, model.nv, "tau")
     problem = model.forward_dynamics_problem()
     if problem:
         raise ValueError(problem)
-    M = crba(model, q)
-    bias = rnea(model, q, v, np.zeros(v.shape), f_ext)
+    if dynamics is None:
+        M = crba(model, q)
+        bias = rnea(model, q, v, np.zeros(v.shape), f_ext)
+    else:
+        M = dynamics.crba(q)
+        bias = dynamics.rnea(q, v, np.zeros(v.shape), f_ext)
     rhs = tau - bias
     try:
         L = np.linalg.cholesky(M)

@@ -10,6 +10,7 @@ Needs only NumPy. Nothing here imports another layer of the package.
 from .checks import (
     check_choice,
     check_positive,
+    check_rotational_inertia,
     finite_array,
     finite_vector,
 )
@@ -101,6 +102,7 @@ __all__ = [
     "build_model",
     "check_choice",
     "check_positive",
+    "check_rotational_inertia",
     "command_layout",
     "crf",
     "crm",

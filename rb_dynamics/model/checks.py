@@ -13,7 +13,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["check_choice", "check_positive", "finite_array", "finite_vector"]
+__all__ = ["check_choice", "check_positive", "check_rotational_inertia", "finite_array",
+           "finite_vector"]
 
 
 def finite_array(values, name: str, shape: tuple[int, ...] | None = None,
@@ -70,3 +71,21 @@ def check_choice(value, choices: Sequence[str], name: str,
     if value not in choices:
         raise error(f"{name} must be one of {tuple(choices)}, not {value!r}")
     return value
+
+
+def check_rotational_inertia(inertia: np.ndarray, where: str,
+                             error: type[ValueError] = ValueError) -> None:
+    """Refuse a 3×3 rotational inertia (kg·m²) that no physical body has: ``error`` with
+    "<where> inertia is not symmetric", "… is not positive semi-definite" or "<where>
+    inertia's principal moments … violate the triangle inequality" (each principal moment
+    is at most the sum of the other two). Tolerances are relative to the largest entry
+    (symmetry) and the largest principal moment (the others)."""
+    if np.abs(inertia - inertia.T).max() > 1e-9 * max(float(np.abs(inertia).max()), 1e-300):
+        raise error(f"{where} inertia is not symmetric: {inertia.tolist()}")
+    eig = np.linalg.eigvalsh(inertia)
+    scale = max(float(np.abs(eig).max()), 1e-300)
+    if eig[0] < -1e-9 * scale:
+        raise error(f"{where} inertia is not positive semi-definite (eigenvalues {eig})")
+    if eig[0] + eig[1] < eig[2] - 1e-6 * scale:
+        raise error(f"{where} inertia's principal moments {eig} violate the triangle "
+                    "inequality (no physical body has them)")

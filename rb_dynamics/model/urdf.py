@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .checks import check_rotational_inertia
 from .spatial import rpy_to_matrix
 from .tree import (
     DEFAULT_GRAVITY,
@@ -101,22 +102,9 @@ def _parse_link(elem: ET.Element) -> LinkDescription:
             [vals["ixz"], vals["iyz"], vals["izz"]],
         ]
     )
-    _check_inertia(inertia, where)
+    check_rotational_inertia(inertia, f"{where}:", URDFError)
     link.inertia_com = rot @ inertia @ rot.T
     return link
-
-
-def _check_inertia(inertia: np.ndarray, where: str) -> None:
-    eig = np.linalg.eigvalsh(inertia)
-    scale = max(float(np.abs(eig).max()), 1e-300)
-    tol = 1e-9 * scale
-    if eig[0] < -tol:
-        raise URDFError(f"{where}: inertia is not positive semi-definite (eigenvalues {eig})")
-    if eig[0] + eig[1] < eig[2] - 1e-6 * scale:
-        raise URDFError(
-            f"{where}: principal moments {eig} violate the triangle inequality "
-            "(no physical body has them)"
-        )
 
 
 def _parse_joint(elem: ET.Element) -> JointDescription:

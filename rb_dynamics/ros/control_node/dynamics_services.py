@@ -3,7 +3,7 @@
 
 ``~/inverse_dynamics``, ``~/forward_dynamics``, ``~/dynamics_terms`` (M, C q̇, g) and
 ``~/simulate`` (a roll-out under constant, time-series, gravity-compensation or computed-torque
-efforts). Every answer comes from the node's one ``Dynamics`` object (``rb_dynamics.backend``:
+efforts). Every answer comes from the node's one ``Dynamics`` object (``rb_dynamics.dynamics``:
 the generated kernels once built), the same the control loop uses. Bad input answers
 success=false with a message naming the field; so does an answer that would not be finite.
 

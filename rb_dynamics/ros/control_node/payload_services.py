@@ -51,11 +51,13 @@ from rb_dynamics.control import (
 )
 from rb_dynamics.dynamics import (
     Dynamics,
-    IdentificationError,
     Payload,
     PayloadDynamics,
     PayloadEffort,
     default_payload_link,
+)
+from rb_dynamics.identification import (
+    IdentificationError,
     identify_payload,
     identify_payload_inertia,
 )
