@@ -28,8 +28,18 @@ LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")  # [text](target), text may span
 INLINE_CODE = re.compile(r"`[^`\n]*`")
 ROS_MODULES = {"rclpy", "launch", "launch_ros", "ament_index_python"}
 ROS_SUFFIXES = ("_msgs", "_srvs", "_interfaces")
-# written by the parameter-schema generator on the params branch; remove once that branch is in
-NOT_YET_MERGED = {ROOT / "docs" / "parameters.md"}
+# BEGIN until the dyn, params, rosnodes and ctl branches are merged; then delete this block
+# and the lines that name NOT_YET_MERGED:
+# files those branches add or remove, which docs/layout.md and the links already describe.
+NOT_YET_MERGED = {ROOT / "docs" / "parameters.md"} | {ROOT / "rb_dynamics" / m for m in (
+    "model/tree.py", "model/xml_reading.py", "model/ros2_control.py",
+    "model/hardware_interfaces.py", "control/law.py", "control/trajectory.py",
+    "control/joint_controller.py", "control/controller.py",
+    "identification/payload.py", "identification/resting.py", "ros/parameter_docs.py",
+    "ros/payload_messages.py", "ros/control_node/model_loader.py",
+    "ros/control_node/trajectory_topic.py", "ros/control_node/goal_tracking.py",
+    "ros/control_node/status.py", "ros/simulator_node/payload.py")}
+# END
 
 
 def _name(path: Path) -> str:
@@ -155,12 +165,17 @@ def _layout_entries() -> set[str]:
     return entries
 
 
-def test_the_layout_page_names_every_module():
-    listed = _layout_entries()
-    modules = sorted(_name(p) for p in (ROOT / "rb_dynamics").rglob("*")
-                     if p.suffix in (".py", ".c") and not p.name.startswith("__"))
-    missing = [m for m in modules if m not in listed]
+def _is_module(path: str) -> bool:
+    return path.endswith((".py", ".c")) and not Path(path).name.startswith("__")
+
+
+def test_the_layout_page_names_every_module_and_no_other():
+    pending = {_name(p) for p in NOT_YET_MERGED}
+    listed = {e for e in _layout_entries() if e.startswith("rb_dynamics/") and _is_module(e)}
+    modules = {_name(p) for p in (ROOT / "rb_dynamics").rglob("*") if _is_module(p.name)}
+    missing, stale = sorted(modules - listed - pending), sorted(listed - modules - pending)
     assert not missing, f"docs/layout.md does not name {missing}: one line each, what it holds"
+    assert not stale, f"docs/layout.md names {stale}, which do not exist"
 
 
 HISTORY = re.compile(r"\b(as before|used to|no longer|formerly|(issue|issues) \d+)\b", re.I)
