@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Control without ROS: the control law, gravity compensation and computed torque (``law``);
+"""Control without ROS: the control law, gravity compensation, computed torque and impedance
+(``law``);
 joint trajectories, their spline and sampler (``trajectory``); ``JointController``, both
 mapped by joint name (``joint_controller``); and the feasibility of a trajectory against the
 URDF's limits (``feasibility``).
@@ -19,9 +20,11 @@ from .feasibility import (
 from .joint_controller import (
     ControlOutput,
     JointController,
+    JointStateReader,
 )
 from .law import (
     CONTROL_MODES,
+    REFERENCE_MODES,
     ControlLaw,
     ControllerError,
     check_gains,
@@ -48,9 +51,11 @@ __all__ = [
     "DEFAULT_SAMPLES_PER_SEGMENT",
     "FeasibilityReport",
     "JointController",
+    "JointStateReader",
     "MAX_CHECKED_STATES",
     "MAX_SAMPLES_PER_SEGMENT",
     "MAX_TRAJECTORY_POINTS",
+    "REFERENCE_MODES",
     "TrajectoryError",
     "TrajectoryPoint",
     "TrajectorySampler",

@@ -1,0 +1,235 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The control layer's law against Pinocchio, without ROS: impedance (τ = g(q) + K(q_d − q) +
+D(q̇_d − q̇), with the payload's gravity and the friction compensation) and the integral action
+with its clamp, anti-windup and resets, in the law and through ``JointController``."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pinocchio as pin
+import pytest
+from pin_oracle import REAL_ROBOTS, pinocchio_arm, rel_err, robots_dir
+
+from rb_dynamics.control import (
+    CONTROL_MODES,
+    ControlLaw,
+    ControllerError,
+    JointController,
+    TrajectoryPoint,
+    check_gains,
+    wrap_angle,
+)
+from rb_dynamics.dynamics import Payload, PayloadEffort, make_dynamics
+from rb_dynamics.model import COULOMB_SMOOTHING, load_model
+
+ARMS = [name for name, (_, floating) in REAL_ROBOTS.items() if not floating]
+
+
+def arm(name: str):
+    path = Path(robots_dir(), REAL_ROBOTS[name][0])
+    return path, load_model(path)
+
+
+class PinArm:
+    """Pinocchio's model of a fixed-base arm, in our joint order (by name)."""
+
+    def __init__(self, path: Path, model, payload: Payload | None = None):
+        self.pm = pin.Model(pinocchio_arm(str(path)))  # a copy: a payload is added to it
+        ids = [self.pm.getJointId(name) for name in model.joint_names]
+        self.qi = [self.pm.joints[j].idx_q for j in ids]
+        self.vi = [self.pm.joints[j].idx_v for j in ids]
+        self.continuous = [self.pm.joints[j].nq == 2 for j in ids]
+        if payload is not None:  # the payload as a body welded to its link's frame
+            frame = self.pm.frames[self.pm.getFrameId(payload.link)]
+            body = pin.Inertia(payload.mass, payload.com, payload.inertia)
+            self.pm.inertias[frame.parentJoint] += frame.placement.act(body)
+        self.data = self.pm.createData()
+
+    def _q(self, q):
+        q_pin = pin.neutral(self.pm)
+        for k, (i, cont) in enumerate(zip(self.qi, self.continuous)):
+            if cont:
+                q_pin[i:i + 2] = math.cos(q[k]), math.sin(q[k])
+            else:
+                q_pin[i] = q[k]
+        return q_pin
+
+    def _v(self, x):
+        out = np.zeros(self.pm.nv)
+        out[self.vi] = x
+        return out
+
+    def gravity(self, q):
+        return pin.computeGeneralizedGravity(self.pm, self.data, self._q(q))[self.vi]
+
+    def rnea(self, q, v, a):
+        return pin.rnea(self.pm, self.data, self._q(q), self._v(v), self._v(a))[self.vi]
+
+
+def states(model, rng, count=5):
+    for _ in range(count):
+        lo = np.where(np.isfinite(model.position_lower), model.position_lower, -np.pi)
+        hi = np.where(np.isfinite(model.position_upper), model.position_upper, np.pi)
+        yield (rng.uniform(lo, hi), rng.uniform(-1, 1, model.nv), rng.uniform(lo, hi),
+               rng.uniform(-1, 1, model.nv), rng.uniform(-2, 2, model.nv))
+
+
+def test_impedance_is_a_mode():
+    assert "impedance" in CONTROL_MODES
+
+
+@pytest.mark.parametrize("name", ARMS)
+def test_impedance_is_gravity_plus_spring_and_damper(name):
+    path, model = arm(name)
+    oracle = PinArm(path, model)
+    rng = np.random.default_rng(1)
+    K, D = rng.uniform(0, 300, model.nv), rng.uniform(0, 30, model.nv)
+    law = ControlLaw(make_dynamics(model), "impedance", stiffness=K, damping=D)
+    for q, v, q_d, v_d, a_d in states(model, rng):
+        tau, error = law.effort(q, v, q_d, v_d, a_d)
+        expected = oracle.gravity(q) + K * (q_d - q) + D * (v_d - v)
+        assert rel_err(tau, expected) <= 1e-9
+        np.testing.assert_array_equal(error, q_d - q)
+
+
+def test_impedance_wraps_continuous_joints_and_adds_payload_friction_and_feedforward():
+    path, model = arm("ur5")
+    rng = np.random.default_rng(2)
+    payload = Payload("tool0", 2.5, np.array([0.01, -0.02, 0.08]),
+                      np.diag([0.01, 0.012, 0.008]))
+    oracle = PinArm(path, model, payload)
+    K, D = rng.uniform(0, 300, model.nv), rng.uniform(0, 30, model.nv)
+    model.damping[:] = rng.uniform(0, 2, model.nv)
+    model.friction[:] = rng.uniform(0, 3, model.nv)
+    dynamics = make_dynamics(model)
+    law = ControlLaw(dynamics, "impedance", stiffness=K, damping=D, friction_compensation=True,
+                     payload=PayloadEffort(model, payload))
+    law.continuous[0], law._wrap = True, True  # one continuous coordinate: errors wrap
+    for q, v, q_d, v_d, a_d in states(model, rng):
+        q_d[0] = q[0] + rng.choice([-1, 1]) * rng.uniform(np.pi, 2 * np.pi)  # the long way
+        feedforward = rng.uniform(-5, 5, model.nv)
+        tau, error = law.effort(q, v, q_d, v_d, a_d, feedforward)
+        e = q_d - q
+        e[0] = wrap_angle(e[0])
+        friction = model.damping * v_d + model.friction * np.tanh(v_d / COULOMB_SMOOTHING)
+        expected = oracle.gravity(q) + K * e + D * (v_d - v) + friction + feedforward
+        assert rel_err(tau, expected) <= 1e-9
+        assert abs(error[0]) <= np.pi
+
+
+def test_gains_are_checked_naming_the_entry():
+    with pytest.raises(ControllerError, match=r"impedance.stiffness must be finite and ≥ 0: "
+                                              r"impedance.stiffness\[2\] = -1.0"):
+        check_gains([1, 2, -1, 3], "impedance.stiffness", 4)
+    with pytest.raises(ControllerError, match=r"damping\[0\] = nan"):
+        check_gains([math.nan], "damping")
+    with pytest.raises(ControllerError, match=r"ki\[1\] = inf"):
+        check_gains([0, math.inf], "ki")
+    np.testing.assert_array_equal(check_gains(math.inf, "i_clamp", 3, allow_inf=True),
+                                  [math.inf] * 3)
+    _, model = arm("ur5")
+    ctrl = JointController(model, mode="impedance", stiffness=10.0, damping=1.0)
+    for kwargs in ({"stiffness": [1] * 5 + [-1]}, {"damping": math.inf}, {"ki": -1},
+                   {"i_clamp": math.nan}):
+        with pytest.raises(ControllerError):
+            ctrl.set_gains(kp=5.0, **kwargs)
+        assert np.all(ctrl.stiffness == 10.0) and np.all(ctrl.damping == 1.0)
+        assert np.all(ctrl.kp == 100.0) and np.all(ctrl.ki == 0) and np.all(ctrl.i_clamp == np.inf)
+
+
+def test_impedance_without_a_trajectory_holds_the_measured_position():
+    path, model = arm("ur5")
+    oracle = PinArm(path, model)
+    K, D = np.linspace(100, 200, 6), np.linspace(5, 10, 6)
+    ctrl = JointController(model, mode="impedance", stiffness=K, damping=D)
+    rng = np.random.default_rng(3)
+    q0, v0 = rng.uniform(-2, 2, 6), rng.uniform(-1, 1, 6)
+    ctrl.update_state(model.joint_names, q0, v0, 0.0)
+    out = ctrl.compute(0.0)
+    # held where it was measured: gravity compensation and damping toward rest
+    expected = np.clip(oracle.gravity(q0) - D * v0, -model.effort_limit, model.effort_limit)
+    assert rel_err(out.effort, expected) <= 1e-9
+    q1, v1 = q0 + 0.01, v0 * 0.5
+    ctrl.update_state(model.joint_names, q1, v1, 0.01)
+    out = ctrl.compute(0.01)
+    expected = oracle.gravity(q1) + K * (q0 - q1) - D * v1
+    assert rel_err(out.effort, np.clip(expected, -model.effort_limit, model.effort_limit)) <= 1e-9
+    # and it follows trajectories
+    ctrl.set_trajectory(model.joint_names, [TrajectoryPoint(1.0, q0 + 0.1)], 0.01)
+    assert ctrl.trajectory is not None
+
+
+# ----------------------------------------------------------------------------- integral action
+
+
+def drive(ctrl, q, v, times):
+    for t in times:
+        ctrl.update_state(ctrl.model.joint_names, q, v, t)
+        out = ctrl.compute(t)
+    return out
+
+
+@pytest.mark.parametrize("mode", ["computed_torque", "impedance"])
+def test_integral_accumulates_per_state_time_and_is_clamped(mode):
+    path, model = arm("ur5")
+    oracle = PinArm(path, model)
+    ki = np.array([0.0, 5.0, 10.0, 20.0, 40.0, 80.0])
+    i_clamp = np.array([1.0, 1.0, 0.05, 0.5, np.inf, 0.2])
+    ctrl = JointController(model, mode=mode, kp=50.0, kd=5.0, stiffness=80.0, damping=4.0,
+                           ki=ki, i_clamp=i_clamp)
+    ctrl.effort_scale = 1e6  # no saturation here
+    rng = np.random.default_rng(4)
+    q, v = rng.uniform(-1, 1, 6), np.zeros(6)
+    ctrl.update_state(model.joint_names, q, v, 10.0)
+    ctrl.compute(10.0)  # the hold position is the first state
+    q_meas = q - 0.02  # a constant error of 0.02 rad
+    dts = [0.001, 0.002, 0.001, 0.004] * 5
+    times = 10.0 + np.cumsum(dts)
+    out = drive(ctrl, q_meas, v, times)
+    # the first state after the hold began integrates its own dt; the first state none
+    integral = np.clip(ki * 0.02 * (times[-1] - 10.0), -i_clamp, i_clamp)
+    np.testing.assert_allclose(ctrl.law.integral, integral, rtol=1e-12, atol=1e-15)
+    if mode == "computed_torque":
+        expected = oracle.rnea(q_meas, v, 50.0 * 0.02 + integral)
+    else:
+        expected = oracle.gravity(q_meas) + 80.0 * 0.02 + integral
+    assert rel_err(out.effort, expected) <= 1e-9
+    # the same state again (dt = 0) integrates nothing
+    ctrl.compute(times[-1])
+    np.testing.assert_allclose(ctrl.law.integral, integral, rtol=1e-12, atol=1e-15)
+
+
+def test_integral_resets_on_trajectory_mode_and_activation_and_holds_while_saturated():
+    _, model = arm("ur5")
+    ctrl = JointController(model, mode="computed_torque", ki=10.0)
+    q = np.full(6, 0.3)
+    ctrl.update_state(model.joint_names, q, np.zeros(6), 0.0)
+    ctrl.compute(0.0)
+    drive(ctrl, q - 0.1, np.zeros(6), [0.01, 0.02])
+    assert np.all(ctrl.law.integral > 0)
+    ctrl.set_trajectory(model.joint_names, [TrajectoryPoint(1.0, q)], 0.02)
+    ctrl.compute(0.02)
+    assert np.all(ctrl.law.integral == 0)  # a new trajectory starts from zero
+    drive(ctrl, q - 0.1, np.zeros(6), [0.03, 0.04])
+    assert np.all(ctrl.law.integral != 0)
+    ctrl.reset_integral()  # what a node does on activation
+    assert np.all(ctrl.law.integral == 0)
+    drive(ctrl, q - 0.1, np.zeros(6), [0.05, 0.06])
+    ctrl.set_mode("impedance")
+    assert np.all(ctrl.law.integral == 0)
+    # saturated: a limited command's integral is held where it was, the others integrate
+    ctrl.set_mode("computed_torque")
+    ctrl.set_trajectory(model.joint_names, [TrajectoryPoint(0.001, q)], 0.06)
+    ctrl.effort_scale = 1e-3
+    out = drive(ctrl, q - 0.1, np.zeros(6), [0.07, 0.08])
+    limited = np.isin(model.joint_names, out.clamped)
+    assert limited.sum() >= 3
+    held = ctrl.law.integral.copy()
+    drive(ctrl, q - 0.1, np.zeros(6), [0.09, 0.10, 0.11])
+    np.testing.assert_array_equal(ctrl.law.integral[limited], held[limited])
+    assert np.all(ctrl.law.integral[~limited] > held[~limited])
+    # off by default
+    assert not JointController(model).law.integrating
