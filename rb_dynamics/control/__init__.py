@@ -1,9 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Control without ROS: the control law, gravity compensation, computed torque and impedance
-(``law``);
-joint trajectories, their spline and sampler (``trajectory``); ``JointController``, both
-mapped by joint name (``joint_controller``); and the feasibility of a trajectory against the
-URDF's limits (``feasibility``).
+"""Control without ROS: the control law, gravity compensation, computed torque and
+impedance (``law``); joint trajectories, their spline and sampler (``trajectory``);
+``JointController``, both mapped by joint name (``joint_controller``); the effort bounds of
+ros2_control's soft joint limits (``limits``); and the feasibility of a trajectory against
+the URDF's limits (``feasibility``).
 
 Imports ``rb_dynamics.dynamics`` and ``rb_dynamics.model``.
 """
@@ -33,6 +33,12 @@ from .law import (
     position_error,
     wrap_angle,
 )
+from .limits import (
+    POSITION_BOUNDS_TOLERANCE,
+    SOFT_LIMIT_REACH_VELOCITY,
+    bound_effort,
+    soft_limit_effort_bounds,
+)
 from .trajectory import (
     MAX_TRAJECTORY_POINTS,
     TrajectoryError,
@@ -55,11 +61,14 @@ __all__ = [
     "MAX_CHECKED_STATES",
     "MAX_SAMPLES_PER_SEGMENT",
     "MAX_TRAJECTORY_POINTS",
+    "POSITION_BOUNDS_TOLERANCE",
     "REFERENCE_MODES",
+    "SOFT_LIMIT_REACH_VELOCITY",
     "TrajectoryError",
     "TrajectoryPoint",
     "TrajectorySampler",
     "Violation",
+    "bound_effort",
     "check_gains",
     "check_point_field",
     "clamp_effort",
@@ -67,6 +76,7 @@ __all__ = [
     "feasibility_report",
     "friction_compensation",
     "position_error",
+    "soft_limit_effort_bounds",
     "spline_coefficients",
     "trajectory_efforts",
     "wrap_angle",

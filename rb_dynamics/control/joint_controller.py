@@ -20,6 +20,7 @@ from rb_dynamics.dynamics import Dynamics, make_dynamics
 from rb_dynamics.model import Model, check_choice
 
 from .law import CONTROL_MODES, REFERENCE_MODES, ControlLaw, ControllerError, check_gains
+from .limits import bound_effort, soft_limit_effort_bounds
 from .trajectory import (
     MAX_TRAJECTORY_POINTS,
     TrajectoryError,
@@ -38,7 +39,7 @@ class ControlOutput:
     """One effort command and what came with it."""
 
     effort: np.ndarray  # in the controller's joint order, clamped to the effort limits
-    clamped: list[str]  # joints whose effort hit a limit
+    clamped: list[str]  # joints whose effort hit a limit (or a soft limit's bound)
     position_error: np.ndarray  # q_d − q in the controller's joint order (zeros in gravity mode)
 
 
@@ -101,6 +102,26 @@ class JointStateReader:
         return self._columns[1]
 
 
+def _over_the_model(points: Sequence[TrajectoryPoint], columns: list[int],
+                    q_hold: np.ndarray) -> list[TrajectoryPoint]:
+    """``points`` of the joints at model coordinates ``columns`` as points over the whole
+    model: the other joints hold ``q_hold`` at rest. ``TrajectoryError`` for a field that is
+    not one finite number per joint."""
+    n = len(q_hold)
+
+    def spread(values, base, k, field):
+        if values is None:
+            return None
+        full = base.copy()
+        full[columns] = check_point_field(values, len(columns), field, k)
+        return full
+
+    return [TrajectoryPoint(point.time, spread(point.positions, q_hold, k, "positions"),
+                            spread(point.velocities, np.zeros(n), k, "velocities"),
+                            spread(point.accelerations, np.zeros(n), k, "accelerations"))
+            for k, point in enumerate(points)]
+
+
 class JointController:
     """Gravity compensation, computed torque and impedance for a fixed-base arm, mapped by
     joint name.
@@ -110,8 +131,10 @@ class JointController:
     empty commands). Gains, one per joint or one for all (``ControlLaw`` for their units):
     ``kp``, ``kd`` (computed torque, 1/s² and 1/s), ``stiffness``, ``damping`` (impedance,
     N·m/rad and N·m·s/rad), ``ki``, ``i_clamp`` (integral action, off while ki = 0; i_clamp
-    inf: unclamped). Without a trajectory the reference modes hold the position measured when
-    holding began, at rest.
+    inf: unclamped). ``soft_limits``: commands are also bounded as ros2_control's soft joint
+    limiter bounds an effort interface (``limits.soft_limit_effort_bounds``: the URDF's
+    velocity limits and ``<safety_controller>``). Without a trajectory the reference modes
+    hold the position measured when holding began, at rest.
     Times are seconds on the caller's clock; nothing is computed from a state older than
     ``max_state_age``. ``dynamics`` defaults to ``make_dynamics(model)``. Raises
     ``ControllerError`` for a model with joints other than revolute or prismatic, for joints
@@ -131,6 +154,7 @@ class JointController:
         ki=0.0,
         i_clamp=math.inf,
         friction_compensation: bool = False,
+        soft_limits: bool = False,
         max_state_age: float = 0.1,
         dynamics: Dynamics | None = None,
     ):
@@ -154,6 +178,7 @@ class JointController:
         self.set_gains(kp, kd, stiffness=stiffness, damping=damping, ki=ki, i_clamp=i_clamp)
         self.max_state_age = float(max_state_age)
         self.effort_scale = 1.0  # commands are clamped to effort_scale × the URDF limit
+        self.soft_limits = bool(soft_limits)
         self.q = self.v = None
         self.state_time = -math.inf
         self.trajectory: TrajectorySampler | None = None
@@ -274,22 +299,9 @@ class JointController:
                 "ros2_controllers' trajectory controller does")
         q_start, v_start = self._continuation(now)
         columns = [self.state_index[name] for name in names]
-        n = self.model.nv
-
-        def spread(values, base, k, field):
-            if values is None:
-                return None
-            full = base.copy()
-            full[columns] = check_point_field(values, len(names), field, k)
-            return full
-
         try:
-            full_points = [TrajectoryPoint(
-                point.time, spread(point.positions, q_start, k, "positions"),
-                spread(point.velocities, np.zeros(n), k, "velocities"),
-                spread(point.accelerations, np.zeros(n), k, "accelerations"))
-                for k, point in enumerate(points)]
-            return TrajectorySampler(full_points, start, q_start, v_start)
+            return TrajectorySampler(_over_the_model(points, columns, q_start), start,
+                                     q_start, v_start)
         except TrajectoryError as exc:
             raise ControllerError(f"trajectory: {exc}") from None
 
@@ -348,15 +360,23 @@ class JointController:
         self.healthy = True
         return tau, self._zeros if error is None else error
 
-    def _clamp(self, tau: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(τ of the commanded joints, clamped to effort_scale × the URDF limits; unclamped)."""
+    def _clamp(self, tau: np.ndarray, q: np.ndarray, v: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """(τ of the commanded joints clamped to effort_scale × the URDF limits, then bounded
+        by the soft limits at (q, q̇) when they are on; τ of the commanded joints)."""
         scale, low, high = self._limits
         if scale != self.effort_scale:  # computed again only when the scale changes
             high = self.model.effort_limit[self.index] * self.effort_scale
             low = -high
             self._limits = (self.effort_scale, low, high)
         wanted = tau if self._every_joint else tau[self.index]
-        return np.minimum(np.maximum(wanted, low), high), wanted
+        command = np.minimum(np.maximum(wanted, low), high)
+        if self.soft_limits:  # after the controller's clamp, as a hardware limiter acts
+            lower, upper = soft_limit_effort_bounds(self.model, q, v)
+            if not self._every_joint:
+                lower, upper = lower[self.index], upper[self.index]
+            command = bound_effort(command, lower, upper)[0]
+        return command, wanted
 
     def effort_at(self, t: float, q: np.ndarray, v: np.ndarray) -> np.ndarray:
         """τ in model order at a simulated instant: the commanded joints' efforts clamped to
@@ -364,7 +384,7 @@ class JointController:
         integral term is used as it stands, not integrated: a rollout's integrator may
         evaluate the law at instants out of order."""
         tau, _ = self.effort(q, v, t)
-        command, _ = self._clamp(tau)
+        command, _ = self._clamp(tau, q, v)
         if self._every_joint:
             return command
         out = np.zeros(self.model.nv)
@@ -391,7 +411,7 @@ class JointController:
             self._integral_time = self.state_time
         tau, error = self.effort(self.q, self.v, now if reference_time is None
                                  else reference_time, dt)
-        command, wanted = self._clamp(tau)
+        command, wanted = self._clamp(tau, self.q, self.v)
         clamped = []
         limited = command != wanted
         if self.law.integrating:  # anti-windup: no integration while a command is limited
