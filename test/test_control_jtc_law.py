@@ -12,6 +12,7 @@ import numpy as np
 import pinocchio as pin
 import pytest
 from pin_oracle import REAL_ROBOTS, pinocchio_arm, rel_err, robots_dir
+from urdf_samples import two_link_arm_urdf
 
 from rb_dynamics.control import (
     CONTROL_MODES,
@@ -20,10 +21,12 @@ from rb_dynamics.control import (
     JointController,
     TrajectoryPoint,
     check_gains,
+    shortest_way_start,
     wrap_angle,
 )
 from rb_dynamics.dynamics import Payload, PayloadEffort, make_dynamics
 from rb_dynamics.model import COULOMB_SMOOTHING, load_model
+from rb_dynamics.simulation import Simulator
 
 ARMS = [name for name, (_, floating) in REAL_ROBOTS.items() if not floating]
 
@@ -233,3 +236,58 @@ def test_integral_resets_on_trajectory_mode_and_activation_and_holds_while_satur
     assert np.all(ctrl.law.integral[~limited] > held[~limited])
     # off by default
     assert not JointController(model).law.integrating
+
+
+# ----------------------------------------------------------------------------- wraparound
+
+
+def upstream_wraparound(current, following):
+    """ros2_controllers' wraparound_joint for one angle, with angles::normalize_angle."""
+    remainder = math.fmod(following - current + math.pi, 2.0 * math.pi)
+    dist = remainder + math.pi if remainder <= 0.0 else remainder - math.pi
+    if abs(abs(dist) - math.pi) < 1e-9:
+        dist = abs(dist) if following > current else -abs(dist)
+    return following - dist
+
+
+def test_shortest_way_start_is_jtcs_wraparound():
+    rng = np.random.default_rng(8)
+    start = np.r_[rng.uniform(-20, 20, 200), 0.0, 1.0, -1.0, 3.0]
+    first = np.r_[rng.uniform(-20, 20, 200), np.pi, 1.0 - np.pi, -1.0 + 3 * np.pi, -3.0]
+    shifted = shortest_way_start(start, first, np.ones(start.size, dtype=bool))
+    for s0, f, got in zip(start, first, shifted):
+        assert got == pytest.approx(upstream_wraparound(s0, f), abs=1e-12)
+        assert abs(got - f) <= np.pi + 1e-12
+    np.testing.assert_array_equal(
+        shortest_way_start(start, first, np.zeros(start.size, dtype=bool)), start)
+
+
+def two_continuous_joints_and_a_revolute():
+    return load_model(two_link_arm_urdf(1.0, 1.0, 0.5, 0.25, 0.25, 0.02, 0.02).replace(
+        'type="continuous"><parent link="link1"/>',
+        'type="revolute"><parent link="link1"/><limit lower="-3.2" upper="3.2" effort="50" '
+        'velocity="4"/>'))
+
+
+def test_a_continuous_joint_takes_the_short_way_and_a_revolute_the_long_way():
+    model = two_continuous_joints_and_a_revolute()
+    assert model.continuous_joints == ["joint1"] and model.joint_kinds == ["revolute"] * 2
+    for mode in ("computed_torque", "impedance"):
+        ctrl = JointController(model, mode=mode, kp=400.0, kd=40.0, stiffness=200.0,
+                               damping=20.0, max_state_age=1.0)
+        sim = Simulator(ctrl.law.dynamics, dt=1e-3, q0=np.array([3.0, 3.0]))
+        ctrl.update_state(model.joint_names, sim.q, sim.v, 0.0)
+        ctrl.set_trajectory(model.joint_names, [TrajectoryPoint(1.0, [-3.0, -3.0])], 0.0)
+        start = ctrl.trajectory.positions[0]
+        np.testing.assert_allclose(start, [-3.0 - (2 * np.pi - 6.0), 3.0], atol=1e-12)
+        travelled = np.zeros(2)
+        for _ in range(1500):
+            ctrl.update_state(model.joint_names, sim.q, sim.v, sim.time)
+            sim.set_command(ctrl.compute(sim.time).effort)
+            sim.advance(1e-3)
+            travelled += np.abs(sim.v) * 1e-3
+        print(f"\n{mode}: travelled {travelled} rad (continuous, revolute)")
+        assert travelled[0] == pytest.approx(2 * np.pi - 6.0, rel=0.1)
+        assert travelled[1] == pytest.approx(6.0, rel=0.05)
+        assert wrap_angle(np.array([sim.q[0] + 3.0]))[0] == pytest.approx(0.0, abs=1e-2)
+        assert sim.q[1] == pytest.approx(-3.0, abs=1e-2)

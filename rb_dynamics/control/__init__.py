@@ -46,6 +46,7 @@ from .trajectory import (
     TrajectorySampler,
     check_point_field,
     evaluate_spline,
+    shortest_way_start,
     spline_coefficients,
 )
 
@@ -76,6 +77,7 @@ __all__ = [
     "feasibility_report",
     "friction_compensation",
     "position_error",
+    "shortest_way_start",
     "soft_limit_effort_bounds",
     "spline_coefficients",
     "trajectory_efforts",

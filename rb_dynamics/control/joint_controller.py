@@ -301,7 +301,7 @@ class JointController:
         columns = [self.state_index[name] for name in names]
         try:
             return TrajectorySampler(_over_the_model(points, columns, q_start), start,
-                                     q_start, v_start)
+                                     q_start, v_start, self.law.continuous)
         except TrajectoryError as exc:
             raise ControllerError(f"trajectory: {exc}") from None
 

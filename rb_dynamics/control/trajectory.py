@@ -27,6 +27,7 @@ __all__ = [
     "TrajectorySampler",
     "check_point_field",
     "evaluate_spline",
+    "shortest_way_start",
     "spline_coefficients",
 ]
 
@@ -103,12 +104,30 @@ def evaluate_spline(coefficients: np.ndarray, t) -> tuple[np.ndarray, np.ndarray
 # ----------------------------------------------------------------------------- the sampler
 
 
+def shortest_way_start(start: np.ndarray, first: np.ndarray, wraparound: np.ndarray
+                       ) -> np.ndarray:
+    """``start`` with its ``wraparound`` entries (angles, rad) moved by multiples of 2π to
+    within π of ``first``: first − d with d the shortest angular distance from start to first
+    (``angles::shortest_angular_distance``, in (−π, π]), and at ±π (within 1e-9) the move
+    toward the larger angle (ros2_controllers' ``wraparound_joint``)."""
+    remainder = np.fmod(first - start + np.pi, 2.0 * np.pi)
+    distance = np.where(remainder <= 0.0, remainder + np.pi, remainder - np.pi)
+    half_turn = np.abs(np.abs(distance) - np.pi) < 1e-9
+    distance = np.where(half_turn, np.where(first > start, np.abs(distance), -np.abs(distance)),
+                        distance)
+    return np.where(wraparound, first - distance, start)
+
+
 class TrajectorySampler:
     """A joint trajectory anchored at ``start_time`` and the state it started from.
 
     Points are held as arrays and the segment at a time is found by bisection, so a sample
     costs the same for 2 points or 20,000 (the control loop samples once per state); the
-    coefficients of the segment last sampled are kept for the next sample. Raises
+    coefficients of the segment last sampled are kept for the next sample.
+
+    ``wraparound`` (a mask over the coordinates, None: none) marks angles that wrap (continuous
+    joints): the start position of each is shifted by a multiple of 2π so that the move to
+    the first point takes the short way (ros2_controllers' ``wraparound_joint``). Raises
     ``TrajectoryError`` for no points, more than ``MAX_TRAJECTORY_POINTS``, times that are
     negative, not finite or not increasing, and values that are not ``n`` finite numbers.
     """
@@ -119,6 +138,7 @@ class TrajectorySampler:
         start_time: float,
         start_positions: np.ndarray,
         start_velocities: np.ndarray | None = None,
+        wraparound: np.ndarray | None = None,
     ):
         if not points:
             raise TrajectoryError("trajectory has no points")
@@ -153,6 +173,9 @@ class TrajectorySampler:
         # the spline toward the first point starts from the measured state with the same
         # derivatives the first point carries (ros2_controllers does the same)
         self.positions[0] = start_positions
+        if wraparound is not None and len(points):
+            self.positions[0] = shortest_way_start(self.positions[0], self.positions[1],
+                                                   wraparound)
         if start_velocities is not None:
             self.velocities[0] = start_velocities
         self.has_velocity[0], self.has_acceleration[0] = self.has_velocity[1], \
