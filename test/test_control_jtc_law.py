@@ -19,7 +19,9 @@ from rb_dynamics.control import (
     ControlLaw,
     ControllerError,
     JointController,
+    TrajectoryError,
     TrajectoryPoint,
+    TrajectorySampler,
     check_gains,
     shortest_way_start,
     wrap_angle,
@@ -291,3 +293,75 @@ def test_a_continuous_joint_takes_the_short_way_and_a_revolute_the_long_way():
         assert travelled[1] == pytest.approx(6.0, rel=0.05)
         assert wrap_angle(np.array([sim.q[0] + 3.0]))[0] == pytest.approx(0.0, abs=1e-2)
         assert sim.q[1] == pytest.approx(-3.0, abs=1e-2)
+
+
+# ----------------------------------------------------------------------------- feed-forward
+
+
+def test_sampled_efforts_are_jtcs_linear_interpolation():
+    rng = np.random.default_rng(9)
+    efforts = [rng.normal(size=3) for _ in range(4)]
+    points = [TrajectoryPoint(t, rng.normal(size=3), None, None, e)
+              for t, e in zip([0.5, 1.0, 2.0, 2.5], [efforts[0], efforts[1], None, efforts[3]])]
+    sampler = TrajectorySampler(points, 10.0, np.zeros(3))
+    assert sampler.feeds_forward
+    # the start row carries none: the first segment feeds nothing forward
+    np.testing.assert_array_equal(sampler.sample_effort(10.2), np.zeros(3))
+    # both ends carry efforts: e0 + (t − t0)(e1 − e0)/(t1 − t0), as JTC's coefficients
+    for t in (0.5, 0.6, 0.99):
+        expected = efforts[0] + (t - 0.5) * ((efforts[1] - efforts[0]) / 0.5)
+        np.testing.assert_allclose(sampler.sample_effort(10.0 + t), expected, rtol=1e-12,
+                                   atol=1e-15)
+    # a segment to or from a point without efforts feeds nothing forward
+    np.testing.assert_array_equal(sampler.sample_effort(11.5), np.zeros(3))
+    np.testing.assert_array_equal(sampler.sample_effort(12.2), np.zeros(3))
+    # after the end: the last point's
+    np.testing.assert_array_equal(sampler.sample_effort(20.0), efforts[3])
+    # from a start effort (the previous reference's)
+    start = rng.normal(size=3)
+    sampler = TrajectorySampler(points, 10.0, np.zeros(3), start_efforts=start)
+    np.testing.assert_allclose(sampler.sample_effort(10.25), (start + efforts[0]) / 2,
+                               rtol=1e-12)
+    none = TrajectorySampler([TrajectoryPoint(1.0, [0.0])], 0.0, [0.0])
+    assert not none.feeds_forward and none.sample_effort(0.5) is None
+
+
+@pytest.mark.parametrize("efforts, words", [([np.nan, 0, 0], r"point 0: efforts contains NaN"),
+                                            ([1.0, 2.0], "point 0: efforts has 2 values")])
+def test_bad_efforts_are_refused_naming_the_point(efforts, words):
+    with pytest.raises(TrajectoryError, match=words):
+        TrajectorySampler([TrajectoryPoint(1.0, [0, 0, 0], efforts=efforts)], 0.0, np.zeros(3))
+    _, model = arm("ur5")
+    ctrl = JointController(model, mode="computed_torque")
+    ctrl.update_state(model.joint_names, np.zeros(6), np.zeros(6), 0.0)
+    with pytest.raises(ControllerError, match=words):
+        ctrl.set_trajectory(model.joint_names[:3], [TrajectoryPoint(1.0, [0, 0, 0],
+                                                                    efforts=efforts)], 0.0)
+
+
+@pytest.mark.parametrize("mode", ["computed_torque", "impedance"])
+def test_the_sampled_effort_is_added_to_the_command(mode):
+    path, model = arm("ur5")
+    oracle = PinArm(path, model)
+    ctrl = JointController(model, mode=mode, kp=50.0, kd=5.0, stiffness=80.0, damping=4.0)
+    ctrl.effort_scale = 1e6
+    rng = np.random.default_rng(10)
+    q, v = rng.uniform(-1, 1, 6), rng.uniform(-0.5, 0.5, 6)
+    ctrl.update_state(model.joint_names, q, v, 0.0)
+    names = ["wrist_1_joint", "shoulder_pan_joint"]  # a subset, in another order
+    cols = model.velocity_indices(names)
+    target = q[cols] + 0.1
+    ctrl.set_trajectory(names, [TrajectoryPoint(0.001, target, efforts=[3.0, -7.0]),
+                                TrajectoryPoint(1.0, target, efforts=[5.0, 1.0])], 0.0)
+    out = ctrl.compute(0.0)  # the first segment (from a start without efforts): none
+    feedforward = np.zeros(6)
+    ctrl.update_state(model.joint_names, q, v, 0.5005)
+    out = ctrl.compute(0.5005)
+    feedforward[cols] = [4.0, -3.0]  # halfway between the points' efforts
+    q_d = q.copy()
+    q_d[cols] = target
+    if mode == "computed_torque":
+        expected = oracle.rnea(q, v, 50.0 * (q_d - q) - 5.0 * v) + feedforward
+    else:
+        expected = oracle.gravity(q) + 80.0 * (q_d - q) - 4.0 * v + feedforward
+    assert rel_err(out.effort, expected) <= 1e-9

@@ -105,8 +105,8 @@ class JointStateReader:
 def _over_the_model(points: Sequence[TrajectoryPoint], columns: list[int],
                     q_hold: np.ndarray) -> list[TrajectoryPoint]:
     """``points`` of the joints at model coordinates ``columns`` as points over the whole
-    model: the other joints hold ``q_hold`` at rest. ``TrajectoryError`` for a field that is
-    not one finite number per joint."""
+    model: the other joints hold ``q_hold`` at rest, with no feed-forward.
+    ``TrajectoryError`` for a field that is not one finite number per joint."""
     n = len(q_hold)
 
     def spread(values, base, k, field):
@@ -118,7 +118,8 @@ def _over_the_model(points: Sequence[TrajectoryPoint], columns: list[int],
 
     return [TrajectoryPoint(point.time, spread(point.positions, q_hold, k, "positions"),
                             spread(point.velocities, np.zeros(n), k, "velocities"),
-                            spread(point.accelerations, np.zeros(n), k, "accelerations"))
+                            spread(point.accelerations, np.zeros(n), k, "accelerations"),
+                            spread(point.efforts, np.zeros(n), k, "efforts"))
             for k, point in enumerate(points)]
 
 
@@ -346,10 +347,13 @@ class JointController:
         # numpy arithmetic, so it skips the cost of entering an errstate
         quiet = np.errstate(all="ignore") if reference or law.friction_compensation \
             else _NO_CONTEXT
+        trajectory = self.trajectory
+        feedforward = trajectory.sample_effort(reference_time) \
+            if reference and trajectory is not None else None
         self.healthy = False
         with quiet:
             try:
-                tau, error = law.effort(q, v, *reference, dt=dt)
+                tau, error = law.effort(q, v, *reference, feedforward=feedforward, dt=dt)
             except ValueError as exc:  # a non-finite commanded acceleration, say
                 raise ControllerError(f"the computed effort is not finite ({exc}): the state "
                                       "or the reference is out of range; nothing published"
