@@ -141,8 +141,9 @@ def test_gains_are_checked_naming_the_entry():
                    {"i_clamp": math.nan}):
         with pytest.raises(ControllerError):
             ctrl.set_gains(kp=5.0, **kwargs)
-        assert np.all(ctrl.stiffness == 10.0) and np.all(ctrl.damping == 1.0)
-        assert np.all(ctrl.kp == 100.0) and np.all(ctrl.ki == 0) and np.all(ctrl.i_clamp == np.inf)
+        assert np.all(ctrl.law.stiffness == 10.0) and np.all(ctrl.law.damping == 1.0)
+        assert np.all(ctrl.kp == 100.0) and np.all(ctrl.law.ki == 0)
+        assert np.all(ctrl.law.i_clamp == np.inf)
 
 
 def test_impedance_without_a_trajectory_holds_the_measured_position():
@@ -365,3 +366,46 @@ def test_the_sampled_effort_is_added_to_the_command(mode):
     else:
         expected = oracle.gravity(q) + 80.0 * (q_d - q) - 4.0 * v + feedforward
     assert rel_err(out.effort, expected) <= 1e-9
+
+
+# ----------------------------------------------------------------------------- start state
+
+
+@pytest.mark.parametrize("from_desired", [False, True])
+def test_a_new_trajectory_starts_from_the_measured_or_the_desired_state(from_desired):
+    _, model = arm("ur5")
+    ctrl = JointController(model, mode="computed_torque",
+                           interpolate_from_desired_state=from_desired)
+    assert ctrl.interpolate_from_desired_state is from_desired
+    q0 = np.full(6, 0.2)
+    ctrl.update_state(model.joint_names, q0, np.zeros(6), 0.0)
+    ctrl.set_trajectory(model.joint_names,
+                        [TrajectoryPoint(1.0, q0 + 1.0, np.zeros(6), efforts=np.full(6, 2.0))],
+                        0.0)
+    desired, desired_v, _ = ctrl.reference(0.5)
+    desired_effort = ctrl.trajectory.sample_effort(0.5)
+    q, v = q0 + 0.3, np.full(6, 0.1)  # the arm lags behind the reference
+    ctrl.update_state(model.joint_names, q, v, 0.5)
+    ctrl.set_trajectory(model.joint_names[:2], [TrajectoryPoint(1.0, [0.0, 0.0])], 0.5)
+    start = ctrl.trajectory
+    expected = (desired, desired_v) if from_desired else (q, v)
+    np.testing.assert_allclose(start.positions[0], expected[0], rtol=1e-12)
+    np.testing.assert_allclose(start.velocities[0], expected[1], rtol=1e-12)
+    # the joints left out hold the current reference either way
+    np.testing.assert_allclose(start.positions[1, 2:], desired[2:], rtol=1e-12)
+    np.testing.assert_array_equal(start.efforts[0], desired_effort if from_desired
+                                  else np.zeros(6))
+    assert bool(start.has_effort[0]) is from_desired
+
+
+def test_from_the_desired_state_a_broken_reference_restarts_from_the_measured_state():
+    _, model = arm("ur5")
+    ctrl = JointController(model, mode="computed_torque", interpolate_from_desired_state=True,
+                           max_state_age=1.0)
+    q = np.full(6, 0.2)
+    ctrl.update_state(model.joint_names, q, np.zeros(6), 0.0)
+    ctrl.set_trajectory(model.joint_names, [TrajectoryPoint(1.0, q + 1e307)], 0.0)
+    with pytest.raises(ControllerError, match="not finite"):
+        ctrl.compute(0.5)
+    ctrl.set_trajectory(model.joint_names, [TrajectoryPoint(1.0, q)], 0.5)
+    np.testing.assert_array_equal(ctrl.trajectory.positions[0], q)

@@ -135,7 +135,11 @@ class JointController:
     inf: unclamped). ``soft_limits``: commands are also bounded as ros2_control's soft joint
     limiter bounds an effort interface (``limits.soft_limit_effort_bounds``: the URDF's
     velocity limits and ``<safety_controller>``). Without a trajectory the reference modes
-    hold the position measured when holding began, at rest.
+    hold the position measured when holding began, at rest. A new trajectory starts from the
+    measured state, or with ``interpolate_from_desired_state`` from the current reference
+    (its position, velocity and feed-forward; the measured state when the last effort was
+    not finite), as ros2_controllers' trajectory controller does; the gains of the law are
+    ``law.kp`` … ``law.i_clamp`` (``ControlLaw``).
     Times are seconds on the caller's clock; nothing is computed from a state older than
     ``max_state_age``. ``dynamics`` defaults to ``make_dynamics(model)``. Raises
     ``ControllerError`` for a model with joints other than revolute or prismatic, for joints
@@ -156,6 +160,7 @@ class JointController:
         i_clamp=math.inf,
         friction_compensation: bool = False,
         soft_limits: bool = False,
+        interpolate_from_desired_state: bool = False,
         max_state_age: float = 0.1,
         dynamics: Dynamics | None = None,
     ):
@@ -180,6 +185,7 @@ class JointController:
         self.max_state_age = float(max_state_age)
         self.effort_scale = 1.0  # commands are clamped to effort_scale × the URDF limit
         self.soft_limits = bool(soft_limits)
+        self.interpolate_from_desired_state = bool(interpolate_from_desired_state)
         self.q = self.v = None
         self.state_time = -math.inf
         self.trajectory: TrajectorySampler | None = None
@@ -213,22 +219,6 @@ class JointController:
     @property
     def kd(self) -> np.ndarray:
         return self.law.kd
-
-    @property
-    def stiffness(self) -> np.ndarray:
-        return self.law.stiffness
-
-    @property
-    def damping(self) -> np.ndarray:
-        return self.law.damping
-
-    @property
-    def ki(self) -> np.ndarray:
-        return self.law.ki
-
-    @property
-    def i_clamp(self) -> np.ndarray:
-        return self.law.i_clamp
 
     def set_mode(self, mode: str) -> None:
         check_choice(mode, CONTROL_MODES, "mode", ControllerError)
@@ -278,7 +268,8 @@ class JointController:
                            start: float, now: float) -> TrajectorySampler:
         """A validated sampler for a reference by name starting at ``start``, built without
         changing the controller (so that a node can build it outside its control lock);
-        joints the reference leaves out hold their current reference."""
+        joints the reference leaves out hold their current reference. It starts from the
+        measured state or the current reference (``interpolate_from_desired_state``)."""
         if self.q is None:
             raise ControllerError("trajectory: no joint state received yet")
         if self.law.mode not in REFERENCE_MODES:
@@ -298,11 +289,16 @@ class JointController:
                 f"trajectory: it ended {now - start - float(points[-1].time):.3f} s ago "
                 "(header stamp + the last time_from_start is in the past); ignored, as "
                 "ros2_controllers' trajectory controller does")
-        q_start, v_start = self._continuation(now)
+        q_hold, v_reference = self._continuation(now)
+        q_start, v_start, start_efforts = self.q.copy(), self.v.copy(), None
+        if self.interpolate_from_desired_state:
+            q_start, v_start = q_hold, v_reference
+            if self.trajectory is not None:
+                start_efforts = self.trajectory.sample_effort(now)
         columns = [self.state_index[name] for name in names]
         try:
-            return TrajectorySampler(_over_the_model(points, columns, q_start), start,
-                                     q_start, v_start, self.law.continuous)
+            return TrajectorySampler(_over_the_model(points, columns, q_hold), start, q_start,
+                                     v_start, self.law.continuous, start_efforts)
         except TrajectoryError as exc:
             raise ControllerError(f"trajectory: {exc}") from None
 
@@ -313,8 +309,8 @@ class JointController:
                                                   now if start is None else start, now)
 
     def _continuation(self, now: float) -> tuple[np.ndarray, np.ndarray]:
-        """Where a new trajectory starts: the current reference, or the measured state when
-        the reference gave no finite effort (a broken one must not poison the next)."""
+        """The current reference (q_d, q̇_d), or the measured state when the reference gave
+        no finite effort (a broken one must not poison the next)."""
         q_d, v_d, _ = self.reference(now)
         if self.healthy and np.all(np.isfinite(q_d)) and np.all(np.isfinite(v_d)):
             return q_d, v_d
