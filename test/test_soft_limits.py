@@ -16,6 +16,7 @@ import pytest
 from pin_oracle import REAL_ROBOTS, robots_dir
 
 from rb_dynamics.control import (
+    EffortLimiter,
     JointController,
     TrajectoryPoint,
     bound_effort,
@@ -154,6 +155,9 @@ def test_bounds_equal_the_upstream_limiter_on_random_states():
         tau = rng.uniform(-1.2, 1.2, model.nv) * model.effort_limit
         lower, upper = soft_limit_effort_bounds(model, q, v)
         bounded, limited = bound_effort(tau, lower, upper)
+        enforced, enforced_limited = EffortLimiter(model).enforce(tau, q, v)
+        np.testing.assert_array_equal(enforced, bounded)
+        np.testing.assert_array_equal(enforced_limited, limited)
         for j in range(model.nv):
             lim = {"min_position": model.position_lower[j],
                    "max_position": model.position_upper[j],
@@ -237,3 +241,16 @@ def test_gravity_pulling_past_the_soft_limit_drags_the_joint_at_the_damped_speed
           f"{highest - SOFT_UPPER:+.4f} rad), |q̇1| {speed:.3e}, |g1|/k_velocity − 1°/s "
           f"{creep:.3e}")
     assert highest < HARD and speed == pytest.approx(creep, rel=0.05)
+
+
+def test_the_controller_reports_the_joints_its_soft_limits_bound():
+    model = load_model(arm_urdf(axis="0 0 1"))
+    ctrl = JointController(model, mode="computed_torque", kp=100.0, soft_limits=True)
+    assert ctrl.soft_limits
+    ctrl.update_state(model.joint_names, [SOFT_UPPER + 0.1, 0.0], [0.5, 0.0], 0.0)
+    ctrl.set_trajectory(["j1"], [TrajectoryPoint(1.0, [1.4])], 0.0)
+    out = ctrl.compute(0.0)
+    upper = soft_limit_effort_bounds(model, ctrl.q, ctrl.v)[1]
+    assert out.clamped == ["j1"] and out.effort[0] == upper[0] < 0
+    ctrl.soft_limits = False
+    assert not ctrl.soft_limits and ctrl.compute(0.0).clamped == []

@@ -36,6 +36,7 @@ from .law import (
 from .limits import (
     POSITION_BOUNDS_TOLERANCE,
     SOFT_LIMIT_REACH_VELOCITY,
+    EffortLimiter,
     bound_effort,
     soft_limit_effort_bounds,
 )
@@ -56,6 +57,7 @@ __all__ = [
     "ControlOutput",
     "ControllerError",
     "DEFAULT_SAMPLES_PER_SEGMENT",
+    "EffortLimiter",
     "FeasibilityReport",
     "JointController",
     "JointStateReader",

@@ -20,7 +20,7 @@ from rb_dynamics.dynamics import Dynamics, make_dynamics
 from rb_dynamics.model import Model, check_choice
 
 from .law import CONTROL_MODES, REFERENCE_MODES, ControlLaw, ControllerError, check_gains
-from .limits import bound_effort, soft_limit_effort_bounds
+from .limits import EffortLimiter, bound_effort
 from .trajectory import (
     MAX_TRAJECTORY_POINTS,
     TrajectoryError,
@@ -102,6 +102,15 @@ class JointStateReader:
         return self._columns[1]
 
 
+def _gain_vector(gains, name: str, index: np.ndarray, size: int, allow_inf: bool
+                 ) -> np.ndarray:
+    """Validated gains of the joints at coordinates ``index`` (``check_gains``; a scalar for
+    all of them) over ``size`` coordinates, 0 on the others."""
+    full = np.zeros(size)
+    full[index] = check_gains(gains, name, len(index), allow_inf)
+    return full
+
+
 def _over_the_model(points: Sequence[TrajectoryPoint], columns: list[int],
                     q_hold: np.ndarray) -> list[TrajectoryPoint]:
     """``points`` of the joints at model coordinates ``columns`` as points over the whole
@@ -165,10 +174,8 @@ class JointController:
         dynamics: Dynamics | None = None,
     ):
         if not model.only_one_dof_joints:
-            raise ControllerError(
-                "the controller drives fixed-base arms; this model has "
-                f"{sorted(set(model.joint_kinds))} joints"
-            )
+            raise ControllerError("the controller drives fixed-base arms; this model has "
+                                  f"{sorted(set(model.joint_kinds))} joints")
         self.model = model
         self.joints = list(model.actuated_joint_names) if joints is None else list(joints)
         try:
@@ -184,7 +191,7 @@ class JointController:
         self.set_gains(kp, kd, stiffness=stiffness, damping=damping, ki=ki, i_clamp=i_clamp)
         self.max_state_age = float(max_state_age)
         self.effort_scale = 1.0  # commands are clamped to effort_scale × the URDF limit
-        self.soft_limits = bool(soft_limits)
+        self.limiter = EffortLimiter(model) if soft_limits else None
         self.interpolate_from_desired_state = bool(interpolate_from_desired_state)
         self.q = self.v = None
         self.state_time = -math.inf
@@ -213,6 +220,14 @@ class JointController:
         return self.law.mode
 
     @property
+    def soft_limits(self) -> bool:
+        return self.limiter is not None
+
+    @soft_limits.setter
+    def soft_limits(self, on: bool) -> None:
+        self.limiter = EffortLimiter(self.model) if on else None
+
+    @property
     def kp(self) -> np.ndarray:
         return self.law.kp
 
@@ -233,21 +248,13 @@ class JointController:
         self.law.reset_integral()
         self._integral_time = math.inf
 
-    def gain_vector(self, gains, name: str, allow_inf: bool = False) -> np.ndarray:
-        """Validated per-joint gains in model order (a scalar applies to every joint; the
-        joints not commanded get 0)."""
-        values = check_gains(gains, name, len(self.joints), allow_inf)
-        full = np.zeros(self.model.nv)
-        full[self.index] = values
-        return full
-
     def set_gains(self, kp=None, kd=None, *, stiffness=None, damping=None, ki=None,
                   i_clamp=None) -> None:
         """Per-joint gains (a scalar sets every joint; None keeps the gain); all are validated
         before any is set. New ``ki`` or ``i_clamp`` restart the integral from zero."""
         law = self.law
         new = {name: getattr(law, name) if value is None else
-               self.gain_vector(value, name, allow_inf=name == "i_clamp")
+               _gain_vector(value, name, self.index, self.model.nv, name == "i_clamp")
                for name, value in (("kp", kp), ("kd", kd), ("stiffness", stiffness),
                                    ("damping", damping), ("ki", ki), ("i_clamp", i_clamp))}
         law.kp, law.kd = new["kp"], new["kd"]
@@ -371,8 +378,8 @@ class JointController:
             self._limits = (self.effort_scale, low, high)
         wanted = tau if self._every_joint else tau[self.index]
         command = np.minimum(np.maximum(wanted, low), high)
-        if self.soft_limits:  # after the controller's clamp, as a hardware limiter acts
-            lower, upper = soft_limit_effort_bounds(self.model, q, v)
+        if self.limiter is not None:  # after the controller's clamp, as hardware limits act
+            lower, upper = self.limiter.bounds(q, v)
             if not self._every_joint:
                 lower, upper = lower[self.index], upper[self.index]
             command = bound_effort(command, lower, upper)[0]
