@@ -352,7 +352,7 @@ class JointController:
             else _NO_CONTEXT
         trajectory = self.trajectory
         feedforward = trajectory.sample_effort(reference_time) \
-            if reference and trajectory is not None else None
+            if reference and trajectory is not None and trajectory.feeds_forward else None
         self.healthy = False
         with quiet:
             try:
@@ -413,7 +413,8 @@ class JointController:
                 f"{self.max_state_age * 1e3:.0f} ms)"
             )
         dt = 0.0
-        if self.law.integrating:  # over the time between the states (0 for the same state)
+        integrating = self.law.integrating
+        if integrating:  # over the time between the states (0 for the same state)
             dt = max(self.state_time - self._integral_time, 0.0)
             self._integral_time = self.state_time
         tau, error = self.effort(self.q, self.v, now if reference_time is None
@@ -421,7 +422,7 @@ class JointController:
         command, wanted = self._clamp(tau, self.q, self.v)
         clamped = []
         limited = command != wanted
-        if self.law.integrating:  # anti-windup: no integration while a command is limited
+        if integrating:  # anti-windup: no integration while a command is limited
             self.law.saturated[self.index] = limited
         if limited.any():
             clamped = [name for name, c, t in zip(self.joints, command, wanted) if c != t]
