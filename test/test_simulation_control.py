@@ -272,7 +272,7 @@ def test_controller_gains_are_validated_atomically(ur5):
             ctrl.set_gains(kp=[10.0] * 6, kd=bad)
         assert np.all(ctrl.kp[ctrl.index] == 50.0) and np.all(ctrl.kd[ctrl.index] == 5.0)
     with pytest.raises(ControllerError, match="mode must be one of"):
-        ctrl.set_mode("impedance")
+        ctrl.set_mode("admittance")
 
 
 def test_controller_computed_torque_follows_a_partial_trajectory(ur5):

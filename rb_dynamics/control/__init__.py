@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Control without ROS: the control law, gravity compensation and computed torque (``law``);
-joint trajectories, their spline and sampler (``trajectory``); ``JointController``, both
-mapped by joint name (``joint_controller``); and the feasibility of a trajectory against the
-URDF's limits (``feasibility``).
+"""Control without ROS: the control law, gravity compensation, computed torque and
+impedance (``law``); joint trajectories, their spline and sampler (``trajectory``);
+``JointController``, both mapped by joint name (``joint_controller``); the effort bounds of
+ros2_control's soft joint limits (``limits``); and the feasibility of a trajectory against
+the URDF's limits (``feasibility``).
 
 Imports ``rb_dynamics.dynamics`` and ``rb_dynamics.model``.
 """
@@ -19,9 +20,11 @@ from .feasibility import (
 from .joint_controller import (
     ControlOutput,
     JointController,
+    JointStateReader,
 )
 from .law import (
     CONTROL_MODES,
+    REFERENCE_MODES,
     ControlLaw,
     ControllerError,
     check_gains,
@@ -30,6 +33,13 @@ from .law import (
     position_error,
     wrap_angle,
 )
+from .limits import (
+    POSITION_BOUNDS_TOLERANCE,
+    SOFT_LIMIT_REACH_VELOCITY,
+    EffortLimiter,
+    bound_effort,
+    soft_limit_effort_bounds,
+)
 from .trajectory import (
     MAX_TRAJECTORY_POINTS,
     TrajectoryError,
@@ -37,6 +47,7 @@ from .trajectory import (
     TrajectorySampler,
     check_point_field,
     evaluate_spline,
+    shortest_way_start,
     spline_coefficients,
 )
 
@@ -46,15 +57,21 @@ __all__ = [
     "ControlOutput",
     "ControllerError",
     "DEFAULT_SAMPLES_PER_SEGMENT",
+    "EffortLimiter",
     "FeasibilityReport",
     "JointController",
+    "JointStateReader",
     "MAX_CHECKED_STATES",
     "MAX_SAMPLES_PER_SEGMENT",
     "MAX_TRAJECTORY_POINTS",
+    "POSITION_BOUNDS_TOLERANCE",
+    "REFERENCE_MODES",
+    "SOFT_LIMIT_REACH_VELOCITY",
     "TrajectoryError",
     "TrajectoryPoint",
     "TrajectorySampler",
     "Violation",
+    "bound_effort",
     "check_gains",
     "check_point_field",
     "clamp_effort",
@@ -62,6 +79,8 @@ __all__ = [
     "feasibility_report",
     "friction_compensation",
     "position_error",
+    "shortest_way_start",
+    "soft_limit_effort_bounds",
     "spline_coefficients",
     "trajectory_efforts",
     "wrap_angle",

@@ -19,7 +19,8 @@ import numpy as np
 from rb_dynamics.dynamics import Dynamics, make_dynamics
 from rb_dynamics.model import Model, check_choice
 
-from .law import CONTROL_MODES, ControlLaw, ControllerError, check_gains
+from .law import CONTROL_MODES, REFERENCE_MODES, ControlLaw, ControllerError, check_gains
+from .limits import EffortLimiter, bound_effort
 from .trajectory import (
     MAX_TRAJECTORY_POINTS,
     TrajectoryError,
@@ -28,7 +29,7 @@ from .trajectory import (
     check_point_field,
 )
 
-__all__ = ["ControlOutput", "JointController"]
+__all__ = ["ControlOutput", "JointController", "JointStateReader"]
 
 _NO_CONTEXT = contextlib.nullcontext()
 
@@ -38,113 +39,24 @@ class ControlOutput:
     """One effort command and what came with it."""
 
     effort: np.ndarray  # in the controller's joint order, clamped to the effort limits
-    clamped: list[str]  # joints whose effort hit a limit
+    clamped: list[str]  # joints whose effort hit a limit (or a soft limit's bound)
     position_error: np.ndarray  # q_d − q in the controller's joint order (zeros in gravity mode)
 
 
-class JointController:
-    """Gravity compensation and computed torque for a fixed-base arm, mapped by joint name.
+class JointStateReader:
+    """Joint states by name → (q, q̇) in model order; extra joints are ignored. The columns
+    found for a list of names are kept for the next state (a driver sends the same names
+    every time); every message is checked."""
 
-    The state and the reference arrive by name in any order; commands leave in the order of
-    ``joints`` (default: every actuated joint; a model without one has nothing to command:
-    empty commands). ``kp``, ``kd``: gains in 1/s² and 1/s, one per joint or one for all.
-    Times are seconds on the caller's clock; nothing is computed from a state older than
-    ``max_state_age``. ``dynamics`` defaults to ``make_dynamics(model)``. Raises
-    ``ControllerError`` for a model with joints other than revolute or prismatic, for joints
-    unknown or named twice, and for an unknown ``mode`` or invalid gains.
-    """
-
-    def __init__(
-        self,
-        model: Model,
-        joints: Sequence[str] | None = None,
-        *,
-        mode: str = "gravity_compensation",
-        kp=100.0,
-        kd=20.0,
-        friction_compensation: bool = False,
-        max_state_age: float = 0.1,
-        dynamics: Dynamics | None = None,
-    ):
-        if not model.only_one_dof_joints:
-            raise ControllerError(
-                "the controller drives fixed-base arms; this model has "
-                f"{sorted(set(model.joint_kinds))} joints"
-            )
+    def __init__(self, model: Model):
         self.model = model
-        self.joints = list(model.actuated_joint_names) if joints is None else list(joints)
-        try:
-            self.index = model.velocity_indices(self.joints)
-        except ValueError as exc:
-            raise ControllerError(str(exc)) from None
-        if len(set(self.joints)) != len(self.joints):
-            raise ControllerError(f"joints {self.joints} has repeated names")
         self.state_index = dict(zip(model.joint_names, model.joint_q_index))
-        self.law = ControlLaw(dynamics or make_dynamics(model), mode,
-                              friction_compensation=bool(friction_compensation))
-        self.set_gains(kp, kd)
-        self.max_state_age = float(max_state_age)
-        self.effort_scale = 1.0  # commands are clamped to effort_scale × the URDF limit
-        self.q = self.v = None
-        self.state_time = -math.inf
-        self.trajectory: TrajectorySampler | None = None
-        self.hold_position: np.ndarray | None = None
-        # (q_d, q̇_d, q̈_d) the last effort was computed for (None in gravity compensation):
-        # what a monitor of the loop (the trajectory action) compares the state with
-        self.last_reference: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-        self.healthy = True  # the last effort was finite (else the reference is not trusted)
-        # per-state work kept small (the control loop answers every state): what does not
-        # change between states is computed once
-        self._zeros = np.zeros(model.nv)
-        self._zeros.flags.writeable = False  # shared: the hold reference, gravity-mode errors
-        self._every_joint = np.array_equal(self.index, np.arange(model.nv))
         self._columns: tuple[list[str], tuple[np.ndarray, np.ndarray] | None] | None = None
-        self._limits: tuple[float, np.ndarray, np.ndarray] = (math.nan, self._zeros,
-                                                               self._zeros)
 
-    # -- settings ------------------------------------------------------------------
-
-    @property
-    def mode(self) -> str:
-        return self.law.mode
-
-    @property
-    def kp(self) -> np.ndarray:
-        return self.law.kp
-
-    @property
-    def kd(self) -> np.ndarray:
-        return self.law.kd
-
-    def set_mode(self, mode: str) -> None:
-        check_choice(mode, CONTROL_MODES, "mode", ControllerError)
-        if mode != self.law.mode:  # a new mode starts by holding where the arm is
-            self.trajectory, self.hold_position = None, None
-        self.law.mode = mode
-
-    def gain_vector(self, gains, name: str) -> np.ndarray:
-        """Validated per-joint gains in model order (a scalar applies to every joint)."""
-        values = check_gains(gains, name, len(self.joints))
-        full = np.zeros(self.model.nv)
-        full[self.index] = values
-        return full
-
-    def set_gains(self, kp=None, kd=None) -> None:
-        """Per-joint gains (a scalar sets every joint); both are validated before either is set."""
-        new_kp = self.law.kp if kp is None else self.gain_vector(kp, "kp")
-        new_kd = self.law.kd if kd is None else self.gain_vector(kd, "kd")
-        self.law.kp, self.law.kd = new_kp, new_kd
-
-    # -- inputs --------------------------------------------------------------------
-
-    def update_state(
-        self,
-        names: Sequence[str],
-        positions: Sequence[float],
-        velocities: Sequence[float],
-        now: float,
-    ) -> None:
-        """A joint state by name (extra joints ignored); raises ControllerError if unusable."""
+    def read(self, names: Sequence[str], positions: Sequence[float],
+             velocities: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+        """(q, q̇) as new arrays; ControllerError for lengths that do not match, repeated or
+        missing joints and values that are not finite (q̇ = 0 when no velocities come)."""
         if len(positions) != len(names):
             raise ControllerError(
                 f"joint_states: {len(names)} names but {len(positions)} positions"
@@ -166,12 +78,11 @@ class JointController:
                 v[columns] = np.asarray(velocities, dtype=float)[rows]
         if not (math.isfinite(q.sum()) and math.isfinite(v.sum())):
             raise ControllerError("joint_states: NaN or inf in positions or velocities")
-        self.q, self.v, self.state_time = q, v, now
+        return q, v
 
     def _state_columns(self, names: Sequence[str]) -> tuple[np.ndarray, np.ndarray] | None:
         """(entries of a joint state, the model coordinates they fill) for a list of names,
-        None when they are the model's joints in its order; the answer for the last list is
-        kept (a driver sends the same names every time)."""
+        None when they are the model's joints in its order."""
         cached = self._columns
         if cached is not None and cached[0] == names:
             return cached[1]
@@ -190,16 +101,188 @@ class JointController:
         self._columns = (list(names), None if in_order else (rows, columns))
         return self._columns[1]
 
+
+def _gain_vector(gains, name: str, index: np.ndarray, size: int, allow_inf: bool
+                 ) -> np.ndarray:
+    """Validated gains of the joints at coordinates ``index`` (``check_gains``; a scalar for
+    all of them) over ``size`` coordinates, 0 on the others."""
+    full = np.zeros(size)
+    full[index] = check_gains(gains, name, len(index), allow_inf)
+    return full
+
+
+def _over_the_model(points: Sequence[TrajectoryPoint], columns: list[int],
+                    q_hold: np.ndarray) -> list[TrajectoryPoint]:
+    """``points`` of the joints at model coordinates ``columns`` as points over the whole
+    model: the other joints hold ``q_hold`` at rest, with no feed-forward.
+    ``TrajectoryError`` for a field that is not one finite number per joint."""
+    n = len(q_hold)
+
+    def spread(values, base, k, field):
+        if values is None:
+            return None
+        full = base.copy()
+        full[columns] = check_point_field(values, len(columns), field, k)
+        return full
+
+    return [TrajectoryPoint(point.time, spread(point.positions, q_hold, k, "positions"),
+                            spread(point.velocities, np.zeros(n), k, "velocities"),
+                            spread(point.accelerations, np.zeros(n), k, "accelerations"),
+                            spread(point.efforts, np.zeros(n), k, "efforts"))
+            for k, point in enumerate(points)]
+
+
+class JointController:
+    """Gravity compensation, computed torque and impedance for a fixed-base arm, mapped by
+    joint name.
+
+    The state and the reference arrive by name in any order; commands leave in the order of
+    ``joints`` (default: every actuated joint; a model without one has nothing to command:
+    empty commands). Gains, one per joint or one for all (``ControlLaw`` for their units):
+    ``kp``, ``kd`` (computed torque, 1/s² and 1/s), ``stiffness``, ``damping`` (impedance,
+    N·m/rad and N·m·s/rad), ``ki``, ``i_clamp`` (integral action, off while ki = 0; i_clamp
+    inf: unclamped). ``soft_limits``: commands are also bounded as ros2_control's soft joint
+    limiter bounds an effort interface (``limits.soft_limit_effort_bounds``: the URDF's
+    velocity limits and ``<safety_controller>``). Without a trajectory the reference modes
+    hold the position measured when holding began, at rest. A new trajectory starts from the
+    measured state, or with ``interpolate_from_desired_state`` from the current reference
+    (its position, velocity and feed-forward; the measured state when the last effort was
+    not finite), as ros2_controllers' trajectory controller does; the gains of the law are
+    ``law.kp`` … ``law.i_clamp`` (``ControlLaw``).
+    Times are seconds on the caller's clock; nothing is computed from a state older than
+    ``max_state_age``. ``dynamics`` defaults to ``make_dynamics(model)``. Raises
+    ``ControllerError`` for a model with joints other than revolute or prismatic, for joints
+    unknown or named twice, and for an unknown ``mode`` or invalid gains.
+    """
+
+    def __init__(
+        self,
+        model: Model,
+        joints: Sequence[str] | None = None,
+        *,
+        mode: str = "gravity_compensation",
+        kp=100.0,
+        kd=20.0,
+        stiffness=0.0,
+        damping=0.0,
+        ki=0.0,
+        i_clamp=math.inf,
+        friction_compensation: bool = False,
+        soft_limits: bool = False,
+        interpolate_from_desired_state: bool = False,
+        max_state_age: float = 0.1,
+        dynamics: Dynamics | None = None,
+    ):
+        if not model.only_one_dof_joints:
+            raise ControllerError("the controller drives fixed-base arms; this model has "
+                                  f"{sorted(set(model.joint_kinds))} joints")
+        self.model = model
+        self.joints = list(model.actuated_joint_names) if joints is None else list(joints)
+        try:
+            self.index = model.velocity_indices(self.joints)
+        except ValueError as exc:
+            raise ControllerError(str(exc)) from None
+        if len(set(self.joints)) != len(self.joints):
+            raise ControllerError(f"joints {self.joints} has repeated names")
+        self.state_reader = JointStateReader(model)
+        self.state_index = self.state_reader.state_index
+        self.law = ControlLaw(dynamics or make_dynamics(model), mode,
+                              friction_compensation=bool(friction_compensation))
+        self.set_gains(kp, kd, stiffness=stiffness, damping=damping, ki=ki, i_clamp=i_clamp)
+        self.max_state_age = float(max_state_age)
+        self.effort_scale = 1.0  # commands are clamped to effort_scale × the URDF limit
+        self.limiter = EffortLimiter(model) if soft_limits else None
+        self.interpolate_from_desired_state = bool(interpolate_from_desired_state)
+        self.q = self.v = None
+        self.state_time = -math.inf
+        self.trajectory: TrajectorySampler | None = None
+        self.hold_position: np.ndarray | None = None
+        # (q_d, q̇_d, q̈_d) the last effort was computed for (None in gravity compensation):
+        # what a monitor of the loop (the trajectory action) compares the state with
+        self.last_reference: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self.healthy = True  # the last effort was finite (else the reference is not trusted)
+        # the integral term belongs to one reference: the trajectory it was integrated
+        # along (None: holding) and the time of the last state it integrated
+        self._integral_reference: TrajectorySampler | None = None
+        self._integral_time = math.inf
+        # per-state work kept small (the control loop answers every state): what does not
+        # change between states is computed once
+        self._zeros = np.zeros(model.nv)
+        self._zeros.flags.writeable = False  # shared: the hold reference, gravity-mode errors
+        self._every_joint = np.array_equal(self.index, np.arange(model.nv))
+        self._limits: tuple[float, np.ndarray, np.ndarray] = (math.nan, self._zeros,
+                                                               self._zeros)
+
+    # -- settings ------------------------------------------------------------------
+
+    @property
+    def mode(self) -> str:
+        return self.law.mode
+
+    @property
+    def soft_limits(self) -> bool:
+        return self.limiter is not None
+
+    @soft_limits.setter
+    def soft_limits(self, on: bool) -> None:
+        self.limiter = EffortLimiter(self.model) if on else None
+
+    @property
+    def kp(self) -> np.ndarray:
+        return self.law.kp
+
+    @property
+    def kd(self) -> np.ndarray:
+        return self.law.kd
+
+    def set_mode(self, mode: str) -> None:
+        check_choice(mode, CONTROL_MODES, "mode", ControllerError)
+        if mode != self.law.mode:  # a new mode starts by holding where the arm is
+            self.trajectory, self.hold_position = None, None
+            self.reset_integral()
+        self.law.mode = mode
+
+    def reset_integral(self) -> None:
+        """Restart the integral action from zero; a new mode and a new trajectory do it, and
+        a node calls it when it (re)activates the controller."""
+        self.law.reset_integral()
+        self._integral_time = math.inf
+
+    def set_gains(self, kp=None, kd=None, *, stiffness=None, damping=None, ki=None,
+                  i_clamp=None) -> None:
+        """Per-joint gains (a scalar sets every joint; None keeps the gain); all are validated
+        before any is set. New ``ki`` or ``i_clamp`` restart the integral from zero."""
+        law = self.law
+        new = {name: getattr(law, name) if value is None else
+               _gain_vector(value, name, self.index, self.model.nv, name == "i_clamp")
+               for name, value in (("kp", kp), ("kd", kd), ("stiffness", stiffness),
+                                   ("damping", damping), ("ki", ki), ("i_clamp", i_clamp))}
+        law.kp, law.kd = new["kp"], new["kd"]
+        law.stiffness, law.damping = new["stiffness"], new["damping"]
+        if ki is not None or i_clamp is not None:
+            law.set_integral_gains(new["ki"], new["i_clamp"])
+            self._integral_time = math.inf
+
+    # -- inputs --------------------------------------------------------------------
+
+    def update_state(self, names: Sequence[str], positions: Sequence[float],
+                     velocities: Sequence[float], now: float) -> None:
+        """A joint state by name (extra joints ignored); raises ControllerError if unusable."""
+        self.q, self.v = self.state_reader.read(names, positions, velocities)
+        self.state_time = now
+
     def prepare_trajectory(self, names: Sequence[str], points: Sequence[TrajectoryPoint],
                            start: float, now: float) -> TrajectorySampler:
         """A validated sampler for a reference by name starting at ``start``, built without
         changing the controller (so that a node can build it outside its control lock);
-        joints the reference leaves out hold their current reference."""
+        joints the reference leaves out hold their current reference. It starts from the
+        measured state or the current reference (``interpolate_from_desired_state``)."""
         if self.q is None:
             raise ControllerError("trajectory: no joint state received yet")
-        if self.law.mode != "computed_torque":
+        if self.law.mode not in REFERENCE_MODES:
             raise ControllerError(f"trajectory: the controller is in {self.law.mode!r} mode; "
-                                  "set mode to 'computed_torque' to follow trajectories")
+                                  f"set mode to one of {REFERENCE_MODES} to follow "
+                                  "trajectories")
         if not names:
             raise ControllerError("trajectory: no joint names")
         unknown = [n for n in names if n not in self.state_index]
@@ -213,24 +296,16 @@ class JointController:
                 f"trajectory: it ended {now - start - float(points[-1].time):.3f} s ago "
                 "(header stamp + the last time_from_start is in the past); ignored, as "
                 "ros2_controllers' trajectory controller does")
-        q_start, v_start = self._continuation(now)
+        q_hold, v_reference = self._continuation(now)
+        q_start, v_start, start_efforts = self.q.copy(), self.v.copy(), None
+        if self.interpolate_from_desired_state:
+            q_start, v_start = q_hold, v_reference
+            if self.trajectory is not None:
+                start_efforts = self.trajectory.sample_effort(now)
         columns = [self.state_index[name] for name in names]
-        n = self.model.nv
-
-        def spread(values, base, k, field):
-            if values is None:
-                return None
-            full = base.copy()
-            full[columns] = check_point_field(values, len(names), field, k)
-            return full
-
         try:
-            full_points = [TrajectoryPoint(
-                point.time, spread(point.positions, q_start, k, "positions"),
-                spread(point.velocities, np.zeros(n), k, "velocities"),
-                spread(point.accelerations, np.zeros(n), k, "accelerations"))
-                for k, point in enumerate(points)]
-            return TrajectorySampler(full_points, start, q_start, v_start)
+            return TrajectorySampler(_over_the_model(points, columns, q_hold), start, q_start,
+                                     v_start, self.law.continuous, start_efforts)
         except TrajectoryError as exc:
             raise ControllerError(f"trajectory: {exc}") from None
 
@@ -241,8 +316,8 @@ class JointController:
                                                   now if start is None else start, now)
 
     def _continuation(self, now: float) -> tuple[np.ndarray, np.ndarray]:
-        """Where a new trajectory starts: the current reference, or the measured state when
-        the reference gave no finite effort (a broken one must not poison the next)."""
+        """The current reference (q_d, q̇_d), or the measured state when the reference gave
+        no finite effort (a broken one must not poison the next)."""
         q_d, v_d, _ = self.reference(now)
         if self.healthy and np.all(np.isfinite(q_d)) and np.all(np.isfinite(v_d)):
             return q_d, v_d
@@ -260,21 +335,28 @@ class JointController:
     def state_age(self, now: float) -> float:
         return now - self.state_time
 
-    def effort(self, q: np.ndarray, v: np.ndarray, reference_time: float
+    def effort(self, q: np.ndarray, v: np.ndarray, reference_time: float, dt: float = 0.0
                ) -> tuple[np.ndarray, np.ndarray]:
-        """The law at (q, q̇) with the reference sampled at ``reference_time``: (τ in model
-        order, position error in model order); ControllerError when τ is not finite."""
+        """The law at (q, q̇) with the reference sampled at ``reference_time``, the integral
+        action integrating over ``dt`` s (0: not at all): (τ in model order, position error in
+        model order); ControllerError when τ is not finite."""
         law = self.law
         reference = () if law.mode == "gravity_compensation" else self.reference(reference_time)
         self.last_reference = reference or None
+        if reference and law.integrating and self.trajectory is not self._integral_reference:
+            self.reset_integral()  # a new trajectory, or holding after one
+            self._integral_reference = self.trajectory
         # overflow is refused below, with its cause; gravity alone is one kernel call and no
         # numpy arithmetic, so it skips the cost of entering an errstate
         quiet = np.errstate(all="ignore") if reference or law.friction_compensation \
             else _NO_CONTEXT
+        trajectory = self.trajectory
+        feedforward = trajectory.sample_effort(reference_time) \
+            if reference and trajectory is not None and trajectory.feeds_forward else None
         self.healthy = False
         with quiet:
             try:
-                tau, error = law.effort(q, v, *reference)
+                tau, error = law.effort(q, v, *reference, feedforward=feedforward, dt=dt)
             except ValueError as exc:  # a non-finite commanded acceleration, say
                 raise ControllerError(f"the computed effort is not finite ({exc}): the state "
                                       "or the reference is out of range; nothing published"
@@ -285,21 +367,31 @@ class JointController:
         self.healthy = True
         return tau, self._zeros if error is None else error
 
-    def _clamp(self, tau: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(τ of the commanded joints, clamped to effort_scale × the URDF limits; unclamped)."""
+    def _clamp(self, tau: np.ndarray, q: np.ndarray, v: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """(τ of the commanded joints clamped to effort_scale × the URDF limits, then bounded
+        by the soft limits at (q, q̇) when they are on; τ of the commanded joints)."""
         scale, low, high = self._limits
         if scale != self.effort_scale:  # computed again only when the scale changes
             high = self.model.effort_limit[self.index] * self.effort_scale
             low = -high
             self._limits = (self.effort_scale, low, high)
         wanted = tau if self._every_joint else tau[self.index]
-        return np.minimum(np.maximum(wanted, low), high), wanted
+        command = np.minimum(np.maximum(wanted, low), high)
+        if self.limiter is not None:  # after the controller's clamp, as hardware limits act
+            lower, upper = self.limiter.bounds(q, v)
+            if not self._every_joint:
+                lower, upper = lower[self.index], upper[self.index]
+            command = bound_effort(command, lower, upper)[0]
+        return command, wanted
 
     def effort_at(self, t: float, q: np.ndarray, v: np.ndarray) -> np.ndarray:
         """τ in model order at a simulated instant: the commanded joints' efforts clamped to
-        the limits, zero on the others (``~/simulate`` rolls out the node's law this way)."""
+        the limits, zero on the others (``~/simulate`` rolls out the node's law this way). The
+        integral term is used as it stands, not integrated: a rollout's integrator may
+        evaluate the law at instants out of order."""
         tau, _ = self.effort(q, v, t)
-        command, _ = self._clamp(tau)
+        command, _ = self._clamp(tau, q, v)
         if self._every_joint:
             return command
         out = np.zeros(self.model.nv)
@@ -320,10 +412,18 @@ class JointController:
                 f"joint state is stale ({age * 1e3:.0f} ms old, limit "
                 f"{self.max_state_age * 1e3:.0f} ms)"
             )
+        dt = 0.0
+        integrating = self.law.integrating
+        if integrating:  # over the time between the states (0 for the same state)
+            dt = max(self.state_time - self._integral_time, 0.0)
+            self._integral_time = self.state_time
         tau, error = self.effort(self.q, self.v, now if reference_time is None
-                                 else reference_time)
-        command, wanted = self._clamp(tau)
+                                 else reference_time, dt)
+        command, wanted = self._clamp(tau, self.q, self.v)
         clamped = []
-        if (command != wanted).any():
+        limited = command != wanted
+        if integrating:  # anti-windup: no integration while a command is limited
+            self.law.saturated[self.index] = limited
+        if limited.any():
             clamped = [name for name, c, t in zip(self.joints, command, wanted) if c != t]
         return ControlOutput(command, clamped, error if self._every_joint else error[self.index])

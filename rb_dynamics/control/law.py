@@ -4,8 +4,13 @@
 One law (``ControlLaw``) serves the control node, ``~/simulate`` and the tests:
 
 - ``gravity_compensation``: τ = g(q) (+ optional viscous and Coulomb friction compensation);
-- ``computed_torque``: τ = M(q)(q̈_d + K_d(q̇_d − q̇) + K_p(q_d − q)) + C(q, q̇)q̇ + g(q),
-  evaluated as one RNEA call with the commanded acceleration.
+- ``computed_torque``: τ = M(q)(q̈_d + K_d(q̇_d − q̇) + K_p(q_d − q) + i) + C(q, q̇)q̇ + g(q),
+  evaluated as one RNEA call with the commanded acceleration;
+- ``impedance``: τ = g(q) + K(q_d − q) + D(q̇_d − q̇) + i, a joint-space spring and damper
+  toward the reference on top of gravity compensation.
+
+``i`` is the integral action (``ControlLaw.integrate``): off unless ``ki`` > 0. With a
+trajectory the sampled point's effort is added to τ as feed-forward (``feedforward``).
 
 Vectors are over the model's velocity coordinates (fixed-base, 1-DoF joints: rad or m, rad/s
 or m/s, N·m or N).
@@ -22,6 +27,7 @@ from rb_dynamics.model import COULOMB_SMOOTHING, Model, check_choice
 
 __all__ = [
     "CONTROL_MODES",
+    "REFERENCE_MODES",
     "ControlLaw",
     "ControllerError",
     "check_gains",
@@ -31,7 +37,9 @@ __all__ = [
     "wrap_angle",
 ]
 
-CONTROL_MODES = ("gravity_compensation", "computed_torque")
+CONTROL_MODES = ("gravity_compensation", "computed_torque", "impedance")
+# the modes that follow a reference (q_d, q̇_d, q̈_d)
+REFERENCE_MODES = ("computed_torque", "impedance")
 
 
 def wrap_angle(x: np.ndarray) -> np.ndarray:
@@ -91,15 +99,25 @@ class ControllerError(ValueError):
 class ControlLaw:
     """The control law: τ from a state (q, q̇) and a reference (q_d, q̇_d, q̈_d), model order.
 
-    ``kp``, ``kd`` are per-coordinate gains (1/s², 1/s). With ``friction_compensation`` the
-    URDF losses are added, at the measured velocity in gravity compensation and at the
-    reference velocity in computed torque: compensating friction from the measured (noisy, a
-    step late) velocity is a high-gain positive feedback on light links.
+    Gains are per-coordinate arrays over v (``check_gains`` validates them):
+
+    - ``kp``, ``kd`` (computed torque): 1/s², 1/s;
+    - ``stiffness`` K, ``damping`` D (impedance): N·m/rad and N·m·s/rad (N/m and N·s/m on
+      prismatic joints);
+    - ``ki``, ``i_clamp`` (integral action, ``set_integral_gains``): the integral term
+      i = clamp(Σ ki·(q_d − q)·dt, ±i_clamp). In computed torque i is an acceleration added to
+      the commanded acceleration (ki in 1/s³, i_clamp in rad/s² or m/s²); in impedance it is
+      an effort added to τ (ki in N·m/(rad·s), i_clamp in N·m, or N/(m·s) and N).
+
+    With ``friction_compensation`` the URDF losses are added, at the measured velocity in
+    gravity compensation and at the reference velocity when following a reference:
+    compensating friction from the measured (noisy, a step late) velocity is a high-gain
+    positive feedback on light links.
 
     ``payload`` (a ``rb_dynamics.dynamics.PayloadEffort`` built for ``dynamics.model``) adds a
-    payload the model does not carry: its gravity in gravity compensation, its inverse
-    dynamics at the commanded acceleration in computed torque. A new payload is a new object
-    assigned whole, so the law never sees half of one.
+    payload the model does not carry: its gravity in gravity compensation and impedance, its
+    inverse dynamics at the commanded acceleration in computed torque. A new payload is a new
+    object assigned whole, so the law never sees half of one.
     """
 
     dynamics: Dynamics
@@ -108,22 +126,67 @@ class ControlLaw:
     kd: np.ndarray | None = None
     friction_compensation: bool = False
     payload: PayloadEffort | None = None
+    stiffness: np.ndarray | None = None
+    damping: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         model = self.dynamics.model
         check_choice(self.mode, CONTROL_MODES, "mode", ControllerError)
-        self.kp = np.zeros(model.nv) if self.kp is None else np.asarray(self.kp, float)
-        self.kd = np.zeros(model.nv) if self.kd is None else np.asarray(self.kd, float)
+        nv = model.nv
+        self.kp = np.zeros(nv) if self.kp is None else np.asarray(self.kp, float)
+        self.kd = np.zeros(nv) if self.kd is None else np.asarray(self.kd, float)
+        self.stiffness = np.zeros(nv) if self.stiffness is None \
+            else np.asarray(self.stiffness, float)
+        self.damping = np.zeros(nv) if self.damping is None else np.asarray(self.damping, float)
         self.continuous = _continuous_mask(model)
         self._wrap = bool(self.continuous.any())
+        self.ki = np.zeros(nv)
+        self.i_clamp = np.full(nv, np.inf)
+        self.integrating = False  # some ki > 0
+        # the integral term i (see the class docstring) and the coordinates whose last effort
+        # was saturated: their integral is held (anti-windup by conditional integration)
+        self.integral = np.zeros(nv)
+        self.saturated = np.zeros(nv, dtype=bool)
+
+    def set_integral_gains(self, ki: np.ndarray, i_clamp: np.ndarray) -> None:
+        """Integral gains and clamps over v (validated by the caller, ``check_gains``); the
+        integral restarts from zero."""
+        self.ki, self.i_clamp = np.asarray(ki, float), np.asarray(i_clamp, float)
+        self.integrating = bool(self.ki.any())
+        self.reset_integral()
+
+    def reset_integral(self) -> None:
+        """Restart the integral term from zero (a new trajectory, mode or activation)."""
+        self.integral[:] = 0.0
+        self.saturated[:] = False
+
+    def integrate(self, error: np.ndarray, dt: float) -> None:
+        """i ← clamp(i + ki·error·dt, ±i_clamp) over ``dt`` s, except on the coordinates whose
+        last effort was saturated (``saturated``): their term is held, so that a command at
+        its limit does not wind the integral up. ``dt`` ≤ 0 changes nothing."""
+        if not (self.integrating and dt > 0):
+            return
+        step = self.ki * error
+        step *= dt
+        step[self.saturated] = 0.0
+        integral = self.integral
+        integral += step
+        np.clip(integral, -self.i_clamp, self.i_clamp, out=integral)
 
     def effort(self, q: np.ndarray, v: np.ndarray, q_d: np.ndarray | None = None,
-               v_d: np.ndarray | None = None,
-               a_d: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
-        """(τ, q_d − q): τ unclamped, the position error None in gravity compensation."""
+               v_d: np.ndarray | None = None, a_d: np.ndarray | None = None,
+               feedforward: np.ndarray | None = None,
+               dt: float = 0.0) -> tuple[np.ndarray, np.ndarray | None]:
+        """(τ, q_d − q): τ unclamped, the position error None in gravity compensation.
+
+        Following a reference, the integral term first integrates the error over ``dt`` s
+        (``integrate``; 0: the term is used as it stands) and ``feedforward`` (an effort over
+        v, N·m or N; None: none) is added to τ. Gravity compensation ignores both.
+        """
         model = self.dynamics.model
         payload = self.payload
-        if self.mode == "gravity_compensation":
+        mode = self.mode
+        if mode == "gravity_compensation":
             tau, error, v_friction = self.dynamics.gravity(q), None, v
             if payload is not None:
                 tau = tau + payload.gravity(q)
@@ -131,27 +194,50 @@ class ControlLaw:
             error = q_d - q
             if self._wrap:
                 error = position_error(model, q_d, q, self.continuous)
-            a_command = a_d + self.kd * (v_d - v) + self.kp * error
-            tau = self.dynamics.rnea(q, v, a_command)
-            if payload is not None:
-                tau = tau + payload.effort(q, v, a_command)
+            if self.integrating:
+                self.integrate(error, dt)
+            if mode == "computed_torque":
+                a_command = a_d + self.kd * (v_d - v) + self.kp * error
+                if self.integrating:
+                    a_command += self.integral
+                tau = self.dynamics.rnea(q, v, a_command)
+                if payload is not None:
+                    tau = tau + payload.effort(q, v, a_command)
+            else:  # impedance
+                tau = self.stiffness * error
+                tau += self.damping * (v_d - v)
+                tau += self.dynamics.gravity(q)
+                if payload is not None:
+                    tau += payload.gravity(q)
+                if self.integrating:
+                    tau += self.integral
+            if feedforward is not None:
+                tau = tau + feedforward
             v_friction = v_d
         if self.friction_compensation:
             tau = tau + friction_compensation(model, v_friction)
         return tau, error
 
 
-def check_gains(gains, name: str, count: int | None = None) -> np.ndarray:
-    """Gains as a finite, non-negative array: one value (every joint) or ``count`` values;
-    without a ``count`` (no model yet) only the values are checked."""
+def check_gains(gains, name: str, count: int | None = None, allow_inf: bool = False
+                ) -> np.ndarray:
+    """Gains as a non-negative array, finite unless ``allow_inf`` (a clamp, where inf is
+    "unclamped"): one value (every joint) or ``count`` values; without a ``count`` (no model
+    yet) only the values are checked. Otherwise ``ControllerError`` naming ``name`` and the
+    first bad entry ("kp must be finite and ≥ 0: kp[2] = -1.0")."""
     try:
         values = np.atleast_1d(np.asarray(gains, dtype=float))
     except (TypeError, ValueError):
         raise ControllerError(f"{name} must be numbers, got {gains!r}") from None
     if values.ndim != 1 or values.size == 0:
         raise ControllerError(f"{name} needs at least one value")
-    if not np.all(np.isfinite(values)) or np.any(values < 0):
-        raise ControllerError(f"{name} must be finite and ≥ 0, got {values.tolist()}")
+    bad = np.isnan(values) | (values < 0)
+    if not allow_inf:
+        bad |= np.isinf(values)
+    if bad.any():
+        k = int(np.argmax(bad))
+        kind = "≥ 0 (inf allowed)" if allow_inf else "finite and ≥ 0"
+        raise ControllerError(f"{name} must be {kind}: {name}[{k}] = {values[k]}")
     if count is not None and values.size not in (1, count):
         raise ControllerError(f"{name} needs 1 or {count} values (one per commanded joint), "
                               f"got {values.size}")

@@ -27,6 +27,7 @@ __all__ = [
     "TrajectorySampler",
     "check_point_field",
     "evaluate_spline",
+    "shortest_way_start",
     "spline_coefficients",
 ]
 
@@ -47,10 +48,12 @@ class TrajectoryPoint:
     positions: np.ndarray
     velocities: np.ndarray | None = None
     accelerations: np.ndarray | None = None
+    efforts: np.ndarray | None = None  # feed-forward, N·m or N, added to the law's effort
 
 
 def check_point_field(values, count: int, field: str, point: int) -> np.ndarray:
-    """Field ``field`` (``positions``, ``velocities``, ``accelerations``) of point ``point``
+    """Field ``field`` (``positions``, ``velocities``, ``accelerations``, ``efforts``) of point
+    ``point``
     as a flat float array of ``count`` finite values; else ``TrajectoryError`` naming both."""
     return finite_vector(values, f"point {point}: {field}", count, TrajectoryError)
 
@@ -103,12 +106,35 @@ def evaluate_spline(coefficients: np.ndarray, t) -> tuple[np.ndarray, np.ndarray
 # ----------------------------------------------------------------------------- the sampler
 
 
+def shortest_way_start(start: np.ndarray, first: np.ndarray, wraparound: np.ndarray
+                       ) -> np.ndarray:
+    """``start`` with its ``wraparound`` entries (angles, rad) moved by multiples of 2π to
+    within π of ``first``: first − d with d the shortest angular distance from start to first
+    (``angles::shortest_angular_distance``, in (−π, π]), and at ±π (within 1e-9) the move
+    toward the larger angle (ros2_controllers' ``wraparound_joint``)."""
+    remainder = np.fmod(first - start + np.pi, 2.0 * np.pi)
+    distance = np.where(remainder <= 0.0, remainder + np.pi, remainder - np.pi)
+    half_turn = np.abs(np.abs(distance) - np.pi) < 1e-9
+    distance = np.where(half_turn, np.where(first > start, np.abs(distance), -np.abs(distance)),
+                        distance)
+    return np.where(wraparound, first - distance, start)
+
+
 class TrajectorySampler:
     """A joint trajectory anchored at ``start_time`` and the state it started from.
 
     Points are held as arrays and the segment at a time is found by bisection, so a sample
     costs the same for 2 points or 20,000 (the control loop samples once per state); the
-    coefficients of the segment last sampled are kept for the next sample. Raises
+    coefficients of the segment last sampled are kept for the next sample.
+
+    ``wraparound`` (a mask over the coordinates, None: none) marks angles that wrap (continuous
+    joints): the start position of each is shifted by a multiple of 2π so that the move to
+    the first point takes the short way (ros2_controllers' ``wraparound_joint``).
+
+    Efforts are the feed-forward ``sample_effort`` gives: linear between two rows that both
+    carry efforts, zero within a segment where either does not, the last point's after the
+    end (ros2_controllers' ``interpolate_between_points``). The start row carries
+    ``start_efforts`` when given (the previous reference's), else none. Raises
     ``TrajectoryError`` for no points, more than ``MAX_TRAJECTORY_POINTS``, times that are
     negative, not finite or not increasing, and values that are not ``n`` finite numbers.
     """
@@ -119,6 +145,8 @@ class TrajectorySampler:
         start_time: float,
         start_positions: np.ndarray,
         start_velocities: np.ndarray | None = None,
+        wraparound: np.ndarray | None = None,
+        start_efforts: np.ndarray | None = None,
     ):
         if not points:
             raise TrajectoryError("trajectory has no points")
@@ -140,6 +168,8 @@ class TrajectorySampler:
         # which rows carry velocities / accelerations: they choose each segment's spline
         self.has_velocity = np.zeros(len(points) + 1, dtype=bool)
         self.has_acceleration = np.zeros(len(points) + 1, dtype=bool)
+        self.efforts = np.zeros((len(points) + 1, n))
+        self.has_effort = np.zeros(len(points) + 1, dtype=bool)
         for k, point in enumerate(points, start=1):
             self.positions[k] = check_point_field(point.positions, n, "positions", k - 1)
             if point.velocities is not None:
@@ -149,10 +179,20 @@ class TrajectorySampler:
                 self.accelerations[k] = check_point_field(point.accelerations, n,
                                                           "accelerations", k - 1)
                 self.has_acceleration[k] = True
+            if point.efforts is not None:
+                self.efforts[k] = check_point_field(point.efforts, n, "efforts", k - 1)
+                self.has_effort[k] = True
+        if start_efforts is not None:
+            self.efforts[0], self.has_effort[0] = start_efforts, True
+        # no point carries efforts: sample_effort answers None at once
+        self.feeds_forward = bool(self.has_effort[1:].any())
         self.start_time = float(start_time)
         # the spline toward the first point starts from the measured state with the same
         # derivatives the first point carries (ros2_controllers does the same)
         self.positions[0] = start_positions
+        if wraparound is not None and len(points):
+            self.positions[0] = shortest_way_start(self.positions[0], self.positions[1],
+                                                   wraparound)
         if start_velocities is not None:
             self.velocities[0] = start_velocities
         self.has_velocity[0], self.has_acceleration[0] = self.has_velocity[1], \
@@ -188,3 +228,18 @@ class TrajectorySampler:
             self._segment_coefficients = cached
         pos, vel, acc = evaluate_spline(cached[1], t - self.times[k - 1])
         return pos, vel, acc, False
+
+    def sample_effort(self, now: float) -> np.ndarray | None:
+        """The feed-forward effort at time ``now`` (see the class docstring); None when no
+        point carries efforts."""
+        if not self.feeds_forward:
+            return None
+        times = self.times
+        t = max(now - self.start_time, 0.0)
+        if t >= times[-1]:
+            return self.efforts[-1].copy()  # zeros when the last point has none
+        k = bisect.bisect_right(times, t)
+        if not (self.has_effort[k - 1] and self.has_effort[k]):
+            return np.zeros(self.efforts.shape[1])
+        fraction = (t - times[k - 1]) / (times[k] - times[k - 1])
+        return self.efforts[k - 1] + fraction * (self.efforts[k] - self.efforts[k - 1])

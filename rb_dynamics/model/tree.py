@@ -99,6 +99,12 @@ class Model:
     effort_limit: np.ndarray  # (nv,) N·m or N, inf where unlimited
     damping: np.ndarray  # (nv,) viscous, N·m·s/rad or N·s/m
     friction: np.ndarray  # (nv,) Coulomb, N·m or N (smoothed by COULOMB_SMOOTHING)
+    # URDF <safety_controller>, as ros2_control's joint_limits reads it; (nv,), NaN on the
+    # coordinates of joints without one
+    soft_lower: np.ndarray  # soft_lower_limit, rad or m
+    soft_upper: np.ndarray  # soft_upper_limit, rad or m
+    k_position: np.ndarray  # k_position, 1/s (velocity bound per unit of position past a limit)
+    k_velocity: np.ndarray  # k_velocity, N·m·s/rad or N·s/m (effort bound per unit of velocity)
     frames: dict[str, Frame]  # every link, by name
     mimic_joints: dict[str, tuple[str, float, float]]  # follower → (leader, multiplier, offset)
     root_link: str
@@ -244,8 +250,9 @@ class LinkDescription:
 class JointDescription:
     """A joint as a URDF gives it: ``urdf_type`` (a key of ``URDF_JOINT_KINDS``), the links it
     connects, its origin in the parent link frame (rotation, position in m), its unit axis,
-    limits (rad or m, rad/s or m/s, N·m or N; ±inf when absent), ``<dynamics>`` losses and
-    ``mimic`` = (leader joint, multiplier, offset)."""
+    limits (rad or m, rad/s or m/s, N·m or N; ±inf when absent), ``<dynamics>`` losses,
+    ``safety`` = ``<safety_controller>`` (soft_lower_limit, soft_upper_limit, k_position,
+    k_velocity) and ``mimic`` = (leader joint, multiplier, offset)."""
 
     name: str
     urdf_type: str
@@ -260,6 +267,7 @@ class JointDescription:
     velocity: float = math.inf
     damping: float = 0.0
     friction: float = 0.0
+    safety: tuple[float, float, float, float] | None = None
     mimic: tuple[str, float, float] | None = None
 
 
@@ -425,7 +433,7 @@ class _TreeBuilder:
         their URDF limits and losses (one entry per coordinate)."""
         out: dict = {key: [] for key in ("names", "kinds", "q_index", "v_index", "lower", "upper",
                                          "velocity", "effort", "damping", "friction",
-                                         "continuous", "warnings")}
+                                         "safety", "continuous", "warnings")}
         self.body_q_index, self.body_v_index = [-1] * len(self.parent), [-1] * len(self.parent)
         nq = nv = 0
         for i, (name, urdf) in enumerate(zip(self.body_joint_names, self.urdf_joint)):
@@ -439,6 +447,7 @@ class _TreeBuilder:
             if jm.nv == 1:
                 for key in ("lower", "upper", "velocity", "effort", "damping", "friction"):
                     out[key].append(getattr(urdf, key))
+                out["safety"].append(urdf.safety or (math.nan,) * 4)
                 if urdf.urdf_type == "continuous":
                     out["continuous"].append(name)
                 if math.isinf(urdf.effort):
@@ -451,6 +460,7 @@ class _TreeBuilder:
                 out["effort"] += [math.inf] * jm.nv
                 out["damping"] += [0.0 if urdf is None else urdf.damping] * jm.nv
                 out["friction"] += [0.0 if urdf is None else urdf.friction] * jm.nv
+                out["safety"] += [(math.nan,) * 4] * jm.nv
             nq, nv = nq + jm.nq, nv + jm.nv
         out["nq"], out["nv"] = nq, nv
         return out
@@ -486,6 +496,8 @@ class _TreeBuilder:
             effort_limit=np.array(c["effort"], dtype=float),
             damping=np.array(c["damping"], dtype=float),
             friction=np.array(c["friction"], dtype=float),
+            **dict(zip(("soft_lower", "soft_upper", "k_position", "k_velocity"),
+                       np.array(c["safety"], dtype=float).reshape(-1, 4).T.copy())),
             frames=self.frames, mimic_joints=dict(self.mimics), root_link=root_link,
             floating_base=floating_base, continuous_joints=c["continuous"],
             warnings=c["warnings"], massless_joints=massless)

@@ -148,6 +148,14 @@ def _parse_joint(elem: ET.Element) -> JointDescription:
             joint.upper = _float(limit.get("upper"), f"{where} <limit upper>", 0.0, True)
             if joint.lower > joint.upper:
                 raise URDFError(f"{where}: <limit> lower {joint.lower} > upper {joint.upper}")
+    safety = elem.find("safety_controller")
+    if safety is not None and urdf_type in ("revolute", "prismatic", "continuous"):
+        # urdfdom's reading: the limits and k_position default to 0, k_velocity is required
+        w = f"{where} <safety_controller"
+        joint.safety = (_float(safety.get("soft_lower_limit"), f"{w} soft_lower_limit>", 0.0),
+                        _float(safety.get("soft_upper_limit"), f"{w} soft_upper_limit>", 0.0),
+                        _float(safety.get("k_position"), f"{w} k_position>", 0.0),
+                        _float(safety.get("k_velocity"), f"{w} k_velocity>"))
     dyn = elem.find("dynamics")
     if dyn is not None:
         joint.damping = _float(dyn.get("damping"), f"{where} <dynamics damping>", 0.0)
