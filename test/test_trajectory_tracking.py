@@ -17,7 +17,7 @@ import pytest
 from rb_dynamics import DEFAULT_URDF
 from rb_dynamics.control import JointController, TrajectoryPoint
 from rb_dynamics.model import load_model
-from rb_dynamics.ros.control_node.trajectory_action import (
+from rb_dynamics.ros.control_node.goal_tracking import (
     GOAL_TOLERANCE_VIOLATED,
     INVALID_GOAL,
     INVALID_JOINTS,

@@ -39,7 +39,12 @@ from rb_dynamics.control import ControllerError, JointController
 from rb_dynamics.dynamics import ConstraintSet, Dynamics, constrained_forward_dynamics
 from rb_dynamics.dynamics import reference as dynamics
 from rb_dynamics.model import Model
-from rb_dynamics.ros.conversions import JointLayout, trajectory_points, wrenches_by_link
+from rb_dynamics.ros.conversions import (
+    JointLayout,
+    from_seconds,
+    trajectory_points,
+    wrenches_by_link,
+)
 from rb_dynamics.simulation import INTEGRATORS, compiled_steps, joint_losses, step
 from rb_dynamics_interfaces.srv import DynamicsTerms, ForwardDynamics, InverseDynamics, Simulate
 
@@ -266,8 +271,7 @@ class RollOut:
             t = (k0 + every * j) * self.dt
             point = JointTrajectoryPoint(positions=positions, velocities=velocities,
                                          accelerations=accelerations, effort=effort)
-            point.time_from_start.sec, point.time_from_start.nanosec = divmod(
-                round(t * 1e9), 1_000_000_000)
+            from_seconds(t, point.time_from_start)
             points.append(point)
             if self.constraints:
                 self.worst_violation = max(self.worst_violation, self.constraints.violation(

@@ -38,7 +38,7 @@ from rb_dynamics.model.hardware_interfaces import (
     CommandLayout,
     JointCommand,
 )
-from rb_dynamics.ros.runtime import Warnings, take_queued
+from rb_dynamics.ros.runtime import ThrottledLogger, take_queued
 from rb_dynamics.simulation import ServoSimulator
 
 __all__ = ["JOINT_COMMANDS_DEPTH", "POLL_LIMIT", "CommandInputs"]
@@ -51,7 +51,7 @@ class CommandInputs:
     """Both command topics of a simulator node; ``on_command`` set: lock-step callbacks."""
 
     def __init__(self, node: Node, layout: CommandLayout, joints: list[str],
-                 sim: ServoSimulator, warn: Warnings,
+                 sim: ServoSimulator, warn: ThrottledLogger,
                  on_command: Callable[[], None] | None = None) -> None:
         self.layout, self.joints, self.sim, self.warn = layout, list(joints), sim, warn
         self.on_command = on_command

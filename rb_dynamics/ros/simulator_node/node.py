@@ -57,10 +57,10 @@ from rb_dynamics.model.hardware_interfaces import (
 )
 from rb_dynamics.ros import parameters as ros_params
 from rb_dynamics.ros.constraint_parameters import ConstraintParameters
-from rb_dynamics.ros.control_node.payload_services import SimulatorPayload
+from rb_dynamics.ros.conversions import from_seconds, to_seconds
 from rb_dynamics.ros.model_source import MODEL_SOURCE_PARAMETERS, ModelSource
 from rb_dynamics.ros.parameters import ParameterSpec
-from rb_dynamics.ros.runtime import Warnings
+from rb_dynamics.ros.runtime import ThrottledLogger
 from rb_dynamics.simulation import (
     DEFAULT_BANDWIDTH,
     DEFAULT_DAMPING_RATIO,
@@ -73,6 +73,7 @@ from rb_dynamics.simulation import (
 from rb_dynamics_interfaces.srv import SetState
 
 from .commands import CommandInputs
+from .payload import SimulatorPayload
 
 # Lock-step: a state whose command never comes (lost, or answered while paused) is published
 # again after this long, rather than stalling the loop until lockstep_timeout
@@ -159,7 +160,7 @@ class SimulatorNode(Node):
         super().__init__(NODE_NAME, **kwargs)
         ros_params.declare(self, PARAMETERS)
         settings = ros_params.read(self, PARAMETERS)
-        self.warn = Warnings(self.get_logger())
+        self.warn = ThrottledLogger(self.get_logger())
         source = self._description()
         self.model = self._load_model(source, settings)
         self.constraints = ConstraintParameters(self).build(self.model)
@@ -417,7 +418,7 @@ class SimulatorNode(Node):
 
     def _on_clock(self, msg: Clock) -> None:
         """use_sim_time: simulate up to the clock's instant, then publish (at publish_rate)."""
-        now = msg.clock.sec + msg.clock.nanosec * 1e-9
+        now = to_seconds(msg.clock)
         self.inputs.take()
         if self.last_clock is not None and not (0.0 <= now - self.last_clock <= 1.0):
             self.warn(f"/clock jumped by {now - self.last_clock:+.3f} s: following it without "
@@ -455,9 +456,7 @@ class SimulatorNode(Node):
         return steps
 
     def _sim_time(self) -> Time:
-        seconds = self.sim.time + self.clock_offset
-        nanoseconds = round(seconds * 1e9)
-        return Time(sec=nanoseconds // 1_000_000_000, nanosec=nanoseconds % 1_000_000_000)
+        return from_seconds(self.sim.time + self.clock_offset, Time())
 
     def _publish(self) -> None:
         msg = JointState()
