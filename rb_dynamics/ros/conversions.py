@@ -72,15 +72,13 @@ class JointLayout:
     ``q_index[k]`` is the model q entry of the request's k-th position value, ``v_index[k]``
     the model v entry of its k-th velocity (also effort, acceleration) value. ``names`` must
     be known joints, each once (ConversionError naming ``field``); with ``every_joint`` every
-    joint of the model, else any non-empty subset (the others are the neutral configuration
+    joint of the model, else any subset (the others are the neutral configuration
     and zero in ``positions``/``velocities``).
     """
 
     def __init__(self, model: Model, names: Sequence[str], field: str = "joint_names",
                  every_joint: bool = True):
         names = list(names)
-        if not every_joint and not names:
-            raise ConversionError(f"{field}: empty")
         index = {name: k for k, name in enumerate(model.joint_names)}
         unknown = [n for n in names if n not in index]
         if unknown:

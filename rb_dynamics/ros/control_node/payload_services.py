@@ -361,6 +361,8 @@ class PayloadServices:
         in v, and a note on the joints not named: they hold their last measured position (else
         the neutral one)."""
         names = list(trajectory.joint_names)
+        if not names:
+            raise ConversionError("joint_names: empty")
         layout = JointLayout(model, names, every_joint=False)
         q_cols, v_cols = layout.q_index, layout.v_index
         points = trajectory_points(trajectory.points, "trajectory.points")
