@@ -3,7 +3,7 @@
 
 ``~/inverse_dynamics``, ``~/forward_dynamics``, ``~/dynamics_terms`` (M, C q̇, g) and
 ``~/simulate`` (a roll-out under constant, time-series, gravity-compensation or computed-torque
-efforts). Every answer comes from the node's one ``Dynamics`` object (``rb_dynamics.backend``:
+efforts). Every answer comes from the node's one ``Dynamics`` object (a ``LiveDynamics``:
 the generated kernels once built), the same the control loop uses. Bad input answers
 success=false with a message naming the field; so does an answer that would not be finite.
 
@@ -56,7 +56,7 @@ DEFAULT_TIME_STEP = 1e-3
 DEFAULT_KP, DEFAULT_KD = 100.0, 20.0
 TORQUE_MODES = ("constant", "series", "gravity_compensation", "computed_torque")
 YIELD_EVERY_S = 0.005  # a roll-out hands the executor back this often
-CHUNK_STEPS = 250  # steps per call into the compiled roll-out (~1 ms of work with a law)
+CHUNK_STEPS = 250  # steps per call into the compiled roll-out (then YIELD_EVERY_S is checked)
 EffortSource = Callable[[float, np.ndarray, np.ndarray], np.ndarray]
 
 
