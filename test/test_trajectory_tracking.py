@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """The goal logic of ~/follow_joint_trajectory without processes: JTC's tolerance rules, when a
-goal succeeds or aborts, and what a goal message may hold (rb_dynamics/trajectory_action.py).
+goal succeeds or aborts, and what a goal message may hold (ros/control_node/goal_tracking.py).
 
 Messages are plain namespaces with the fields of control_msgs' (so this runs without
 control_msgs); the controller is the real one on the bundled arm.
