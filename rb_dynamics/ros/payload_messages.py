@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Payloads in and out of rb_dynamics_interfaces messages, shared by the control node's and the
 simulator's payload services: a checked ``Payload`` from a message's fields, a Payload message,
-a one-line description, and the answer of a service call that failed.
+a one-line description.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from rb_dynamics.dynamics import Payload, PayloadEffort
 from rb_dynamics.model import Model
 from rb_dynamics_interfaces.msg import Payload as PayloadMsg
 
-__all__ = ["describe", "fail", "inertia_matrix", "payload_from_fields", "payload_message"]
+__all__ = ["describe", "inertia_matrix", "payload_from_fields", "payload_message"]
 
 
 def inertia_matrix(values: Any, field: str) -> np.ndarray:
@@ -67,15 +67,3 @@ def describe(payload: Payload | None) -> str:
     inertia = "" if not payload.inertia.any() else \
         f", inertia diag [{', '.join(f'{x:.3g}' for x in np.diag(payload.inertia))}] kg·m²"
     return f"{payload.mass:.4g} kg on {payload.link}, COM [{com}] m{inertia}"
-
-
-def fail(response: Any, exc: BaseException, logger: Any, name: str) -> Any:
-    """``response`` answering success=false: a ValueError's text as the message; anything else
-    is logged as an internal error of service ``name`` (a service answers, it never kills the
-    node)."""
-    if isinstance(exc, ValueError):  # IdentificationError, ConversionError, ControllerError
-        response.success, response.message = False, str(exc)
-    else:
-        logger.error(f"{name}: internal error: {exc!r}")
-        response.success, response.message = False, f"internal error: {exc!r}"
-    return response

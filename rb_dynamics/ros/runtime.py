@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Running rclpy nodes: until SIGINT/SIGTERM within a bounded time, a thread per hot path,
-a worker thread that keeps only the newest request, throttled warnings, draining a
-subscription's queue.
+a worker thread that keeps only the newest request, throttled warnings, the answer of a failed
+service call, draining a subscription's queue.
 
 ``rclpy.spin()`` can stay in the wait set after a signal; spinning once with a timeout in a
 loop that checks a flag set by our own handlers always exits. A watchdog bounds the whole
@@ -46,6 +46,21 @@ class ThrottledLogger:
             self._when[key] = now
             self.logger.warning(text)
         self.last = text
+
+
+def failed_response(response: Any, exc: BaseException, logger: Any, service: str) -> Any:
+    """``response`` answering success=false, for a service callback that caught ``exc``: the
+    text of a ValueError (bad input, said to the caller) or KeyError (an unknown name) as the
+    message; anything else is logged as an internal error of ``service`` and answered as such
+    (a service answers, it never kills the node)."""
+    if isinstance(exc, ValueError):
+        response.success, response.message = False, str(exc)
+    elif isinstance(exc, KeyError):
+        response.success, response.message = False, str(exc.args[0] if exc.args else exc)
+    else:
+        logger.error(f"{service}: internal error: {exc!r}")
+        response.success, response.message = False, f"internal error: {exc!r}"
+    return response
 
 
 def take_queued(subscription: Subscription, limit: int = 1000) -> Iterator[Any]:

@@ -45,6 +45,7 @@ from rb_dynamics.ros.conversions import (
     trajectory_points,
     wrenches_by_link,
 )
+from rb_dynamics.ros.runtime import failed_response
 from rb_dynamics.simulation import INTEGRATORS, compiled_steps, joint_losses, step
 from rb_dynamics_interfaces.srv import DynamicsTerms, ForwardDynamics, InverseDynamics, Simulate
 
@@ -108,21 +109,13 @@ class DynamicsServices:
             raise ValueError("no robot description loaded yet")
         return dyn
 
-    def _fail(self, name: str, response: Any, exc: BaseException) -> Any:
-        if isinstance(exc, (ValueError, KeyError, ControllerError)):
-            response.success, response.message = False, str(exc).strip("'\"")
-        else:  # a service answers, it never kills the node
-            self.node.get_logger().error(f"{name}: internal error: {exc!r}")
-            response.success, response.message = False, f"internal error: {exc!r}"
-        return response
-
     def _answer(self, name: str, response: Any, compute: Callable[[Dynamics], None]) -> Any:
         try:
             compute(self._dynamics())
             _require_finite(response)
             response.success, response.message = True, ""
-        except Exception as exc:  # noqa: BLE001 - see _fail
-            return self._fail(name, response, exc)
+        except Exception as exc:  # noqa: BLE001 - see failed_response
+            return failed_response(response, exc, self.node.get_logger(), name)
         return response
 
     # ------------------------------------------------------------------ services
@@ -185,10 +178,10 @@ class DynamicsServices:
                 await _pause()
             roll_out.fill(response)
             response.success, response.message = True, ""
-        except Exception as exc:  # noqa: BLE001 - see _fail
+        except Exception as exc:  # noqa: BLE001 - see failed_response
             response.trajectory = JointTrajectory()
             response.steps, response.energy_drift = 0, 0.0
-            return self._fail("simulate", response, exc)
+            return failed_response(response, exc, self.node.get_logger(), "simulate")
         return response
 
 

@@ -65,11 +65,11 @@ from rb_dynamics.ros.conversions import ConversionError, JointLayout, trajectory
 from rb_dynamics.ros.parameters import ParameterSpec
 from rb_dynamics.ros.payload_messages import (
     describe,
-    fail,
     inertia_matrix,
     payload_from_fields,
     payload_message,
 )
+from rb_dynamics.ros.runtime import failed_response
 from rb_dynamics_interfaces.msg import LimitViolation
 from rb_dynamics_interfaces.srv import IdentifyPayload, SetPayload, TrajectoryEfforts
 
@@ -244,8 +244,8 @@ class PayloadServices:
             self.apply(payload)
             response.payload = payload_message(payload)
             response.success, response.message = True, f"payload: {describe(payload)}"
-        except Exception as exc:  # noqa: BLE001 - see fail
-            return fail(response, exc, self.node.get_logger(), "set_payload")
+        except Exception as exc:  # noqa: BLE001 - see failed_response
+            return failed_response(response, exc, self.node.get_logger(), "set_payload")
         return response
 
     # ------------------------------------------------------------------ ~/identify_payload
@@ -266,8 +266,8 @@ class PayloadServices:
                 self.apply(payload)
                 response.applied = True
                 response.message += "; applied"
-        except Exception as exc:  # noqa: BLE001 - see fail
-            return fail(response, exc, self.node.get_logger(), "identify_payload")
+        except Exception as exc:  # noqa: BLE001 - see failed_response
+            return failed_response(response, exc, self.node.get_logger(), "identify_payload")
         return response
 
     def _identify_given(self, model: Model, link: str, bias: str, request: Any):
@@ -331,9 +331,9 @@ class PayloadServices:
             if held:
                 report.notes.append(f"joints not in the trajectory, held still: {held}")
             _fill_report(response, report, trajectory)
-        except Exception as exc:  # noqa: BLE001 - see _fail
+        except Exception as exc:  # noqa: BLE001 - see failed_response
             response.trajectory = JointTrajectory()
-            return fail(response, exc, self.node.get_logger(), "trajectory_efforts")
+            return failed_response(response, exc, self.node.get_logger(), "trajectory_efforts")
         return response
 
     def _efforts_dynamics(self, request: Any) -> tuple[Dynamics, Payload | None]:

@@ -10,7 +10,8 @@ from typing import Any
 from rclpy.node import Node
 
 from rb_dynamics.dynamics import Dynamics, Payload, PayloadDynamics, default_payload_link
-from rb_dynamics.ros.payload_messages import describe, fail, payload_from_fields, payload_message
+from rb_dynamics.ros.payload_messages import describe, payload_from_fields, payload_message
+from rb_dynamics.ros.runtime import failed_response
 from rb_dynamics_interfaces.srv import SetPayload
 
 __all__ = ["SimulatorPayload"]
@@ -37,6 +38,6 @@ class SimulatorPayload:
             response.success = True
             response.message = f"simulating the robot with payload: {describe(payload)}"
             self.node.get_logger().info(response.message)
-        except Exception as exc:  # noqa: BLE001 - see fail
-            return fail(response, exc, self.node.get_logger(), "set_payload")
+        except Exception as exc:  # noqa: BLE001 - see failed_response
+            return failed_response(response, exc, self.node.get_logger(), "set_payload")
         return response
