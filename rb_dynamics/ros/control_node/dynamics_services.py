@@ -38,7 +38,7 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 from rb_dynamics.control import ControllerError, JointController
 from rb_dynamics.dynamics import ConstraintSet, Dynamics, constrained_forward_dynamics
 from rb_dynamics.dynamics import reference as dynamics
-from rb_dynamics.model import Model
+from rb_dynamics.model import Model, finite_array
 from rb_dynamics.ros.conversions import (
     JointLayout,
     from_seconds,
@@ -352,8 +352,8 @@ class RollOut:
 
     def _series(self, request: Any) -> EffortSource:
         n = len(self.layout.v_index)
-        times = np.asarray(request.effort_times, dtype=float)
-        rows = np.asarray(request.efforts, dtype=float)
+        times = finite_array(request.effort_times, "effort_times").reshape(-1)
+        rows = finite_array(request.efforts, "efforts").reshape(-1)
         if times.size == 0:
             raise ValueError("effort_times: series mode needs at least one time")
         if times.size > MAX_POINTS:
@@ -361,10 +361,6 @@ class RollOut:
         if rows.size != times.size * n:
             raise ValueError(f"efforts: series mode needs len(effort_times) × {n} = "
                              f"{times.size * n} values, got {rows.size}")
-        if not np.all(np.isfinite(times)):
-            raise ValueError("effort_times contain NaN or inf")
-        if not np.all(np.isfinite(rows)):
-            raise ValueError("efforts contain NaN or inf")
         if np.any(np.diff(times) <= 0):
             raise ValueError("effort_times must increase strictly")
         table = np.zeros((times.size, self.model.nv))
