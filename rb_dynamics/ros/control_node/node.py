@@ -117,7 +117,6 @@ class ControlNode(LifecycleNode):
         settings = ros_params.read(self, PARAMETERS)  # a bad file: the node does not start
         check_gains(settings["kp"], "kp")
         check_gains(settings["kd"], "kd")
-
         self.lifecycle_state = "unconfigured"
         self.warn = ThrottledLogger(self.get_logger())
         self.loop = ControlLoop(self, self._joint_states_qos(settings["joint_states_qos"]),
@@ -125,8 +124,8 @@ class ControlNode(LifecycleNode):
         self.loop.set_max_rate(settings["max_publish_rate"])
         self.model_loader = ModelLoader(self, self.loop, self._build_controller,
                                         self._installed)
-        has_model = self._has_model
-        self.trajectory_action = TrajectoryAction(self, self.loop, self._is_active, has_model)
+        self.trajectory_action = TrajectoryAction(self, self.loop, self._is_active,
+                                                  self._has_model)
         self.trajectory_topic = TrajectoryTopic(self, self.loop, self._state,
                                                 lambda: self.model_loader.model)
         self.payload = PayloadServices(self, self.loop, lambda: self.model_loader.dynamics)
