@@ -72,7 +72,7 @@ def test_computed_torque_equals_pinocchio_rnea_and_gains_are_validated(rig):
     # a bad gain is refused with a reason, and nothing changes
     result = rig.set_parameters(kp=[-1.0] * 6, kd=[1.0] * 6)
     assert not result.successful and "kp" in result.reason
-    assert not rig.set_parameters(mode="impedance").successful
+    assert not rig.set_parameters(mode="admittance").successful
     assert rig.set_parameters(kp=[50.0, 60, 70, 80, 90, 100]).successful
     kp, kd = np.array([50.0, 60, 70, 80, 90, 100]), np.full(6, 20.0)
     v = np.array([0.1, -0.2, 0.3, 0.0, 0.1, -0.1])

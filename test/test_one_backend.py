@@ -14,7 +14,7 @@ from rclpy.parameter import Parameter
 from rb_dynamics import DEFAULT_URDF
 from rb_dynamics.dynamics import LiveDynamics
 from rb_dynamics.dynamics.kernel_cache import _ckernels
-from rb_dynamics.ros.control_node.node import DynamicsNode
+from rb_dynamics.ros.control_node.node import ControlNode
 from rb_dynamics.ros.simulator_node.node import SimulatorNode
 
 pytestmark = pytest.mark.skipif(_ckernels is None, reason="no C kernels extension built")
@@ -36,11 +36,11 @@ def _until(condition, timeout: float = 60.0) -> bool:
 
 
 def test_the_control_node_hands_one_dynamics_to_the_loop_and_the_services(context):
-    node = DynamicsNode(context=context, parameter_overrides=[
+    node = ControlNode(context=context, parameter_overrides=[
         Parameter("urdf_path", value=str(DEFAULT_URDF))])
     try:
-        assert _until(lambda: node.dynamics is not None)
-        dynamics = node.dynamics
+        assert _until(lambda: node.model_loader.dynamics is not None)
+        dynamics = node.model_loader.dynamics
         assert isinstance(dynamics, LiveDynamics) and dynamics.wait(120.0)
         assert dynamics.kind == "c", dynamics.problem
         # the control law and the services (through the payload layer, no payload set)

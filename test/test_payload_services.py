@@ -22,9 +22,8 @@ from rb_dynamics import DEFAULT_URDF
 from rb_dynamics.control import feasibility as F
 from rb_dynamics.dynamics import Payload, with_payload
 from rb_dynamics.dynamics import reference as D
-from rb_dynamics.identification import suggest_identification_poses
+from rb_dynamics.identification import END_MARGIN, rest_poses, suggest_identification_poses
 from rb_dynamics.model import load_model
-from rb_dynamics.ros.control_node.payload_services import END_MARGIN, rest_poses
 from rb_dynamics_interfaces.srv import (
     DynamicsTerms,
     IdentifyPayload,

@@ -4,7 +4,7 @@ ActionClient: the simulator and the control node in lock-step (one simulated ste
 simulated time on /clock), on panda and on the bundled arm.
 
 Skipped, with the reason, only where control_msgs is not installed (see
-rb_dynamics/trajectory_action.py); CI has it.
+rb_dynamics/ros/control_node/trajectory_action.py); CI has it.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ and ``ros2 action send_goal`` commands, taken from the document and run with the
 against the real nodes; and what the lifecycle does to efforts and goals.
 
 Skipped, with the reason, only where the ros2 CLI or control_msgs is not installed (see
-test/ros_tools.py and rb_dynamics/trajectory_action.py); CI has both.
+test/ros_tools.py and rb_dynamics/ros/control_node/trajectory_action.py); CI has both.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """The goal logic of ~/follow_joint_trajectory without processes: JTC's tolerance rules, when a
-goal succeeds or aborts, and what a goal message may hold (rb_dynamics/trajectory_action.py).
+goal succeeds or aborts, and what a goal message may hold (ros/control_node/goal_tracking.py).
 
 Messages are plain namespaces with the fields of control_msgs' (so this runs without
 control_msgs); the controller is the real one on the bundled arm.
@@ -17,7 +17,7 @@ import pytest
 from rb_dynamics import DEFAULT_URDF
 from rb_dynamics.control import JointController, TrajectoryPoint
 from rb_dynamics.model import load_model
-from rb_dynamics.ros.control_node.trajectory_action import (
+from rb_dynamics.ros.control_node.goal_tracking import (
     GOAL_TOLERANCE_VIOLATED,
     INVALID_GOAL,
     INVALID_JOINTS,

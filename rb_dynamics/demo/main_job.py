@@ -27,6 +27,7 @@ import numpy as np
 
 from rb_dynamics import DEFAULT_URDF
 from rb_dynamics.model import Model, load_model
+from rb_dynamics.ros.conversions import JointLayout, from_seconds, to_seconds
 from rb_dynamics.ros.environment import keep_local
 
 SIM, CONTROL = "rb_simulator", "rb_dynamics"
@@ -91,7 +92,7 @@ def initial_configuration(model: Model) -> np.ndarray:
 
 def _spawn(module: str, params: dict, extra: list[str], log_dir: Path) -> subprocess.Popen:
     path = log_dir / f"{module.rsplit('.', 1)[-1]}_params.yaml"
-    node_name = SIM if module.endswith("sim_node") else CONTROL
+    node_name = SIM if module.endswith("simulator_node") else CONTROL
     path.write_text(json.dumps({node_name: {"ros__parameters": params}}))
     log = open(log_dir / f"{node_name}.log", "w")  # noqa: SIM115 - the child's stdout
     return subprocess.Popen([sys.executable, "-m", module, "--ros-args", "--params-file",
@@ -126,8 +127,8 @@ class Plan:
     def of(cls, urdf: Path) -> Plan:
         model = load_model(urdf)
         joints = model.actuated_joint_names
-        q_index = [model.joint_q_index[model.joint_index(n)] for n in joints]
-        v_index = [model.joint_v_index[model.joint_index(n)] for n in joints]
+        layout = JointLayout(model, joints, "joints", every_joint=False)
+        q_index, v_index = layout.q_index, layout.v_index
         q0 = initial_configuration(model)[q_index]
         amp = reference_amplitude(q0, model.position_lower[q_index],
                                   model.position_upper[q_index], model.velocity_limit[v_index])
@@ -179,7 +180,7 @@ class Observer:
         if not all(n in by_name for n in self.plan.joints):
             return
         self.last_state_time = time.monotonic()
-        self.last_stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+        self.last_stamp = to_seconds(msg.header.stamp)
         t = self.last_stamp - self.start_sim
         if not t >= 0.0:  # NaN before the start
             return
@@ -195,7 +196,7 @@ class Observer:
             self.rec.latency.append(time.monotonic() - self.last_state_time)
 
     def _on_clock(self, msg) -> None:
-        self.rec.clock.append((time.monotonic(), msg.clock.sec + msg.clock.nanosec * 1e-9))
+        self.rec.clock.append((time.monotonic(), to_seconds(msg.clock)))
 
     def spin(self, seconds: float = 0.01) -> None:
         self.executor.spin_once(timeout_sec=seconds)
@@ -264,10 +265,9 @@ def reference_trajectory(joints: list[str], q0: np.ndarray, amp: np.ndarray, dur
     for t, q, v, a in zip(times, q_ref, v_ref, a_ref):
         point = JointTrajectoryPoint(positions=q.tolist(), velocities=v.tolist(),
                                      accelerations=a.tolist())
-        point.time_from_start.sec, point.time_from_start.nanosec = divmod(round(t * 1e9),
-                                                                          1_000_000_000)
+        from_seconds(t, point.time_from_start)
         msg.points.append(point)
-    msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(round(start * 1e9), 1_000_000_000)
+    from_seconds(start, msg.header.stamp)
     return msg
 
 
@@ -323,9 +323,10 @@ def pd_gravity_baseline(model, joints: list[str], q0: np.ndarray, amp: np.ndarra
     from rb_dynamics.simulation import Simulator
 
     dyn = make_dynamics(model)
-    index = np.array([model.joint_v_index[model.joint_index(n)] for n in joints])
+    layout = JointLayout(model, joints, "joints", every_joint=False)
+    index = layout.v_index
     q_start = model.neutral_configuration()
-    q_start[[model.joint_q_index[model.joint_index(n)] for n in joints]] = q0
+    q_start[layout.q_index] = q0
     sim = Simulator(dyn, dt, "semi_implicit_euler", q0=q_start, command_timeout=math.inf)
     inertia = np.diag(dyn.crba(q_start))[index]
     kp, kd = inertia * KP, inertia * KD

@@ -17,6 +17,7 @@ from trajectory_msgs.msg import JointTrajectory
 
 from rb_dynamics import DEFAULT_URDF
 from rb_dynamics.model import load_model
+from rb_dynamics.ros.conversions import JointLayout
 
 from .main_job import reference_amplitude, reference_trajectory
 
@@ -43,8 +44,8 @@ class ReferenceNode(Node):
         if not all(n in by_name for n in self.joints):
             return
         q0 = np.array([by_name[n] for n in self.joints])
-        index = [self.model.joint_q_index[self.model.joint_index(n)] for n in self.joints]
-        v_index = [self.model.joint_v_index[self.model.joint_index(n)] for n in self.joints]
+        layout = JointLayout(self.model, self.joints, "joints", every_joint=False)
+        index, v_index = layout.q_index, layout.v_index
         amp = reference_amplitude(q0, self.model.position_lower[index],
                                   self.model.position_upper[index],
                                   self.model.velocity_limit[v_index])

@@ -8,6 +8,7 @@ values. Errors are ``ConversionError`` (a ``ValueError``) whose message names th
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,7 +21,8 @@ __all__ = [
     "MAX_WRENCHES",
     "ConversionError",
     "JointLayout",
-    "seconds",
+    "from_seconds",
+    "to_seconds",
     "trajectory_points",
     "wrench_to_array",
     "wrenches_by_link",
@@ -34,32 +36,48 @@ class ConversionError(ValueError):
     """Input that cannot be mapped onto the model; the message names the field."""
 
 
-def _as_finite(values: Sequence[float], field: str) -> np.ndarray:
-    return finite_array(values, field, error=ConversionError).reshape(-1)
-
-
-def seconds(stamp: Any) -> float:
-    """A builtin_interfaces Time or Duration in seconds."""
+def to_seconds(stamp: Any) -> float:
+    """A builtin_interfaces Time or Duration (or rosgraph Clock's ``clock``) in seconds."""
     return stamp.sec + stamp.nanosec * 1e-9
+
+
+def from_seconds(seconds: float, message: Any) -> Any:
+    """Writes ``seconds`` into ``message`` (a builtin_interfaces Time or Duration, which has
+    ``sec`` and ``nanosec``), to the nearest nanosecond; returns ``message``.
+
+    The whole seconds are split off before scaling, so a stamp read by ``to_seconds`` comes
+    back to the same nanosecond even at epoch magnitudes.
+    """
+    sec = math.floor(seconds)
+    nanosec = int(round((seconds - sec) * 1e9))
+    if nanosec >= 1_000_000_000:
+        sec, nanosec = sec + 1, nanosec - 1_000_000_000
+    message.sec, message.nanosec = int(sec), nanosec
+    return message
 
 
 def trajectory_points(points: Sequence[Any], field: str = "points") -> list[TrajectoryPoint]:
     """trajectory_msgs/JointTrajectoryPoint → TrajectoryPoint (empty arrays: not given)."""
     if len(points) > MAX_TRAJECTORY_POINTS:
         raise ConversionError(f"{field}: {len(points)} points; at most {MAX_TRAJECTORY_POINTS}")
-    return [TrajectoryPoint(seconds(p.time_from_start), p.positions,
+    return [TrajectoryPoint(to_seconds(p.time_from_start), p.positions,
                             p.velocities if len(p.velocities) else None,
                             p.accelerations if len(p.accelerations) else None) for p in points]
 
 
 class JointLayout:
-    """Where the coordinates of the request's joints sit in the model's q and v.
+    """Where the coordinates of the named joints sit in the model's q and v: the one joint-name
+    lookup of the ROS layer.
 
     ``q_index[k]`` is the model q entry of the request's k-th position value, ``v_index[k]``
-    the model v entry of its k-th velocity (also effort, acceleration) value.
+    the model v entry of its k-th velocity (also effort, acceleration) value. ``names`` must
+    be known joints, each once (ConversionError naming ``field``); with ``every_joint`` every
+    joint of the model, else any subset (the others are the neutral configuration
+    and zero in ``positions``/``velocities``).
     """
 
-    def __init__(self, model: Model, names: Sequence[str], field: str = "joint_names"):
+    def __init__(self, model: Model, names: Sequence[str], field: str = "joint_names",
+                 every_joint: bool = True):
         names = list(names)
         index = {name: k for k, name in enumerate(model.joint_names)}
         unknown = [n for n in names if n not in index]
@@ -72,7 +90,7 @@ class JointLayout:
         if repeated:
             raise ConversionError(f"{field}: joint {repeated[0]!r} appears twice")
         missing = [n for n in model.joint_names if n not in set(names)]
-        if missing:
+        if missing and every_joint:
             raise ConversionError(f"{field}: missing joints {missing}")
         q_ends = [*model.joint_q_index[1:], model.nq]
         v_ends = [*model.joint_v_index[1:], model.nv]
@@ -96,7 +114,7 @@ class JointLayout:
                 if self.multi else ""
             raise ConversionError(f"{field} has {len(values)} values; {self.field} "
                                   f"{self.names} needs {size}{blocks}")
-        return _as_finite(values, field)
+        return finite_array(values, field, error=ConversionError).reshape(-1)
 
     def positions(self, values: Sequence[float], field: str = "positions") -> np.ndarray:
         """The model's q; free-flyer quaternions normalised (zero norm: an error)."""
@@ -119,7 +137,6 @@ class JointLayout:
     def out(self, x: np.ndarray) -> list[float]:
         """A model-ordered v-sized vector in the request's order."""
         return x[self.v_index].tolist()
-
 
 
 def wrench_to_array(wrench: Any) -> np.ndarray:
@@ -148,6 +165,6 @@ def wrenches_by_link(
     for k, (link, wrench) in enumerate(zip(links, wrenches)):
         if known is not None and link not in known:
             raise ConversionError(f"wrench_links[{k}]: unknown link {link!r}")
-        value = _as_finite(wrench_to_array(wrench), f"wrenches[{k}]")
+        value = finite_array(wrench_to_array(wrench), f"wrenches[{k}]", error=ConversionError)
         out[link] = out[link] + value if link in out else value
     return out

@@ -16,7 +16,6 @@ running controller would surprise it).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 
 from rclpy.node import Node
@@ -27,7 +26,7 @@ from rb_dynamics import DEFAULT_URDF
 
 from .parameters import ParameterSpec
 
-__all__ = ["DESCRIPTION_TOPIC", "MODEL_SOURCE_PARAMETERS", "LatestOnly", "ModelSource"]
+__all__ = ["DESCRIPTION_TOPIC", "MODEL_SOURCE_PARAMETERS", "ModelSource"]
 
 DESCRIPTION_TOPIC = "/robot_description"
 MODEL_SOURCE_PARAMETERS = {
@@ -69,35 +68,3 @@ class ModelSource:
 
     def _on_topic(self, msg: String) -> None:
         self.install(msg.data, f"the {DESCRIPTION_TOPIC} topic")
-
-
-class LatestOnly:
-    """Runs ``work(*args)`` on a background thread, newest request first: a request that
-    arrives while an older one waits replaces it (a burst of descriptions builds one model)."""
-
-    def __init__(self, work: Callable[..., None], name: str) -> None:
-        self._work = work
-        self._wake = threading.Condition()
-        self._pending: tuple | None = None
-        self._stopping = False
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
-
-    def submit(self, *args) -> None:
-        with self._wake:
-            self._pending = args
-            self._wake.notify()
-
-    def stop(self) -> None:
-        with self._wake:
-            self._stopping = True
-            self._wake.notify()
-
-    def _run(self) -> None:
-        while True:
-            with self._wake:
-                self._wake.wait_for(lambda: self._pending is not None or self._stopping)
-                if self._stopping:
-                    return
-                args, self._pending = self._pending, None
-            self._work(*args)

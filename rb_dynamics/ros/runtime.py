@@ -1,11 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
 """Running rclpy nodes: until SIGINT/SIGTERM within a bounded time, a thread per hot path,
-throttled warnings, draining a subscription's queue.
+a worker thread that keeps only the newest request, throttled warnings, the answer of a failed
+service call, draining a subscription's queue.
 
-``rclpy.spin()`` sometimes sits in the wait set after a signal (seen in 5–10 % of runs with the
-PyPI wheels); spinning once with a timeout in a loop that checks a flag set by our own handlers
-always exits. A watchdog bounds the whole shutdown (``STOP_DEADLINE_S``): a node whose callback
-is stuck still exits, and says so.
+``rclpy.spin()`` can stay in the wait set after a signal; spinning once with a timeout in a
+loop that checks a flag set by our own handlers always exits. A watchdog bounds the whole
+shutdown (``STOP_DEADLINE_S``): a node whose callback is stuck still exits, and says so.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from rclpy.subscription import Subscription
 STOP_DEADLINE_S = 1.5  # after a signal the process is gone within this (the README says 2 s)
 
 
-class Warnings:
-    """Warnings at most every ``period`` seconds per kind; the last one is kept for
-    /diagnostics (``last``)."""
+class ThrottledLogger:
+    """Logs a warning at most every ``period`` seconds per kind (``key``, else the text); the
+    last text, logged or not, is kept for /diagnostics (``last``)."""
 
     def __init__(self, logger: Any, period: float = 2.0) -> None:
         self.logger, self.period = logger, period
@@ -48,11 +48,26 @@ class Warnings:
         self.last = text
 
 
+def failed_response(response: Any, exc: BaseException, logger: Any, service: str) -> Any:
+    """``response`` answering success=false, for a service callback that caught ``exc``: the
+    text of a ValueError (bad input, said to the caller) or KeyError (an unknown name) as the
+    message; anything else is logged as an internal error of ``service`` and answered as such
+    (a service answers, it never kills the node)."""
+    if isinstance(exc, ValueError):
+        response.success, response.message = False, str(exc)
+    elif isinstance(exc, KeyError):
+        response.success, response.message = False, str(exc.args[0] if exc.args else exc)
+    else:
+        logger.error(f"{service}: internal error: {exc!r}")
+        response.success, response.message = False, f"internal error: {exc!r}"
+    return response
+
+
 def take_queued(subscription: Subscription, limit: int = 1000) -> Iterator[Any]:
     """The messages already queued on ``subscription``, oldest first, at most ``limit``.
 
-    Taken directly: one executor pass costs ~0.1 ms of CPU here, a take ~2 µs, so a callback
-    that wants only the newest message (or all of them at once) drains the queue itself.
+    Taken directly: a take costs far less than an executor pass, so a callback that wants only
+    the newest message (or all of them at once) drains the queue itself.
     """
     for _ in range(limit):
         with subscription.handle:
@@ -102,6 +117,39 @@ class SpinThread:
         self._halt()
         self._executor.remove_node(self.node)
         self.node.destroy_node()
+
+
+class LatestOnlyWorker:
+    """Runs ``work(*args)`` on a thread of its own, one request at a time: a request that
+    arrives while an older one waits replaces it (a burst of descriptions builds one model).
+    ``stop`` ends the thread after the request being worked on, if any."""
+
+    def __init__(self, work: Callable[..., None], name: str) -> None:
+        self._work = work
+        self._wake = threading.Condition()
+        self._pending: tuple | None = None
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, *args) -> None:
+        with self._wake:
+            self._pending = args
+            self._wake.notify()
+
+    def stop(self) -> None:
+        with self._wake:
+            self._stopping = True
+            self._wake.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                self._wake.wait_for(lambda: self._pending is not None or self._stopping)
+                if self._stopping:
+                    return
+                args, self._pending = self._pending, None
+            self._work(*args)
 
 
 def _exit_after(deadline: float, name: str) -> None:

@@ -2,21 +2,28 @@
 """The control loop: joint states in, efforts out, on a companion node spun on its own thread.
 
 An rclpy executor pass walks every entity of the nodes it spins (services, parameter services,
-timers, subscriptions): one pass cost 136 µs for the full control node against 82 µs for a node
-with just the loop's two topics, and a long service call would hold the loop behind it. So the
-loop lives in a small node of its own (``<name>_control_loop``: no parameters, no rosout), spun
-by a ``SpinThread``. Its topic names are resolved by the main node, so the main node's
-remappings and namespace apply.
+timers, subscriptions), so it costs more on the full control node than on a node with just the
+loop's two topics, and a long service call would hold the loop behind it. So the loop lives in
+a small node of its own (``<name>_control_loop``: no parameters, no rosout), spun by a
+``SpinThread``. Its topic names are resolved by the main node, so the main node's remappings
+and namespace apply.
 
 Only the newest queued state is answered: a command for an older state is stale before it is
 sent, and answering a backlog would keep the loop a backlog behind (the skipped ones are counted
 as superseded). ``lock`` keeps the controller consistent with the main thread, which swaps in
 models, trajectories and parameters: every such change is prepared outside it and installed
 with a reference assignment, so the loop never waits more than microseconds.
+
+The other parts of the node talk to the loop through its methods: ``install`` a controller,
+``start_publishing``/``stop_publishing``, ``set_max_rate``, ``reference_changed``/
+``holding_on_purpose`` (whether "no reference yet" is to be logged), and three listeners
+(``set_command_monitor``, ``set_state_recorder``, ``set_first_state_callback``) called on the
+loop's thread.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -28,37 +35,39 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, MultiArrayDimension
 
 from rb_dynamics.control import ControllerError, ControlOutput, JointController
+from rb_dynamics.ros.conversions import to_seconds
 from rb_dynamics.ros.diagnostics import Statistics, Totals
-from rb_dynamics.ros.runtime import SpinThread, Warnings, take_queued
+from rb_dynamics.ros.runtime import SpinThread, ThrottledLogger, take_queued
 
-__all__ = ["ControlLoop"]
+__all__ = ["CommandMonitor", "ControlLoop", "StateRecorder"]
 
 AGE_SLOTS = 4096  # state ages kept per diagnostics period (preallocated: no allocation per state)
+
+# After each published command, on the loop thread under ``lock``, with the instant the
+# reference was sampled at, the controller and its output: it must take microseconds.
+CommandMonitor = Callable[[float, JointController, ControlOutput], None]
+# With each joint state after its command is out (outside ``lock``), and the controller that
+# took it (None: no controller yet).
+StateRecorder = Callable[[JointState, "JointController | None"], None]
 
 
 class ControlLoop:
     """Answers each joint state with an effort command from ``controller`` (None: nothing)."""
 
-    def __init__(self, node: Node, qos: QoSProfile, warn: Warnings) -> None:
+    def __init__(self, node: Node, qos: QoSProfile, warn: ThrottledLogger) -> None:
         self.node, self.warn = node, warn
         self.lock = threading.Lock()
-        self.controller: JointController | None = None
-        self.publishing = True  # False: states are taken and counted, nothing is published
-        self.min_period = 0.0  # s between commands (max_publish_rate); 0: one per state
-        self.stats, self.totals = Statistics(), Totals()
+        self._controller: JointController | None = None
+        self._publishing = False  # False: states are taken and counted, nothing is published
+        self._min_period = 0.0  # s between commands (max_publish_rate); 0: one per state
+        self.stats, self.totals = Statistics(), Totals()  # written on the loop thread
         self._ages = np.zeros(AGE_SLOTS)
         self._last_publish = -np.inf
         self._command = Float64MultiArray()  # reused: the control path allocates little
-        self.hold_reported = False
-        # called after each published command, on this thread under ``lock``, with the instant
-        # the reference was sampled at: it must take microseconds (the trajectory action)
-        self.monitor: Callable[[float, JointController, ControlOutput], None] | None = None
-        # called with each joint state after its command is out (payload_services records
-        # the resting ones for identification)
-        self.recorder: Callable[[JointState], None] | None = None
-        # called (on this thread) once a controller has its first state: a trajectory that
-        # arrived before it can start then
-        self.first_state: Callable[[], None] | None = None
+        self._hold_reported = False
+        self._monitor: CommandMonitor | None = None
+        self._recorder: StateRecorder | None = None
+        self._first_state: Callable[[], None] | None = None
         companion = Node(f"{node.get_name()}_control_loop", namespace=node.get_namespace(),
                          context=node.context, use_global_arguments=False,
                          start_parameter_services=False, enable_rosout=False)
@@ -71,19 +80,73 @@ class ControlLoop:
     def stop(self) -> None:
         self._spin.stop()
 
-    def take_period(self) -> tuple[Statistics, np.ndarray]:
-        """The period's statistics and state ages; a new period starts."""
+    # ------------------------------------------------------------------ for the other parts
+
+    @property
+    def controller(self) -> JointController | None:
+        """The controller answering the states (None: nothing to command)."""
+        return self._controller
+
+    def install(self, controller: JointController | None) -> None:
+        """Answer the states with ``controller`` from the next one on. Call under ``lock``."""
+        self._controller = controller
+        self._hold_reported = False
+
+    def start_publishing(self) -> None:
+        """Publish efforts from the next state on; the controller first holds where the arm
+        is, as ros2_controllers do on activation (takes ``lock``)."""
+        with self.lock:
+            self._publishing = True
+            controller = self._controller
+            if controller is not None:
+                controller.trajectory, controller.hold_position = None, None
+                self._hold_reported = False
+
+    def stop_publishing(self) -> None:
+        """Take and count states, publish nothing (takes ``lock``)."""
+        with self.lock:
+            self._publishing = False
+
+    def set_max_rate(self, rate: float) -> None:
+        """At most ``rate`` commands per second (0: one per state)."""
+        self._min_period = 1.0 / rate if rate > 0 else 0.0
+
+    def reference_changed(self) -> None:
+        """A new reference, mode or controller: "no reference yet" may be logged again. Call
+        under ``lock``."""
+        self._hold_reported = False
+
+    def holding_on_purpose(self) -> None:
+        """The controller holds its position on purpose: no "no reference yet" log. Call
+        under ``lock``."""
+        self._hold_reported = True
+
+    def set_command_monitor(self, monitor: CommandMonitor | None) -> None:
+        self._monitor = monitor
+
+    def set_state_recorder(self, recorder: StateRecorder | None) -> None:
+        self._recorder = recorder
+
+    def set_first_state_callback(self, callback: Callable[[], None] | None) -> None:
+        """``callback()`` on the loop thread when a controller takes its first state (a
+        trajectory that arrived before it can start then); it must not take ``lock``."""
+        self._first_state = callback
+
+    def now(self) -> float:
+        """The node clock's time in seconds (the loop's time base)."""
+        return self.node.get_clock().now().nanoseconds * 1e-9
+
+    def take_period(self) -> tuple[Statistics, np.ndarray, Totals]:
+        """The period's statistics and state ages, and the running totals (a copy); a new
+        period starts."""
         with self.lock:
             stats, self.stats = self.stats, Statistics()
-            return stats, self._ages[:stats.ages].copy()
+            return stats, self._ages[:stats.ages].copy(), dataclasses.replace(self.totals)
 
     def problem(self, text: str, key: str | None = None) -> None:
         """A throttled warning, also the period's last problem on /diagnostics."""
         self.warn(text, key)
         self.stats.last_problem = text
-
-    def _now(self) -> float:
-        return self.node.get_clock().now().nanoseconds * 1e-9
 
     def _on_joint_state(self, msg: JointState) -> None:
         count = 1
@@ -98,17 +161,17 @@ class ControlLoop:
                 + msg.header.stamp.nanosec
             if not self._control(msg):
                 self.totals.unanswered += 1
-        recorder = self.recorder
+        recorder = self._recorder
         if recorder is not None:
-            recorder(msg)
+            recorder(msg, self._controller)
 
     def _control(self, msg: JointState) -> bool:
         """Answers ``msg`` with a command; False when none was published (the reason, if it is
         a problem, goes to the log and /diagnostics)."""
-        controller = self.controller
+        controller = self._controller
         if controller is None:
             return False
-        now = self._now()
+        now = self.now()
         if msg.header.stamp.sec < 0:
             # a clock before the epoch is a driver fault; its state cannot be trusted either
             self.problem(f"joint_states: negative stamp {msg.header.stamp.sec} s; not "
@@ -120,13 +183,13 @@ class ControlLoop:
         except ControllerError as exc:
             self.problem(f"{exc}; not publishing")
             return False
-        if first and self.first_state is not None:
-            self.first_state()
+        if first and self._first_state is not None:
+            self._first_state()
         self.stats.states += 1
-        if not self.publishing or now - self._last_publish < self.min_period:
+        if not self._publishing or now - self._last_publish < self._min_period:
             return False
         started = time.perf_counter()
-        stamp = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
+        stamp = to_seconds(msg.header.stamp)
         # the reference is sampled at the instant the state describes, when it is stamped
         reference_time = stamp if stamp > 0.0 else now
         try:
@@ -137,16 +200,16 @@ class ControlLoop:
         self._publish(out.effort)
         elapsed = time.perf_counter() - started
         self._account(now, elapsed, stamp)
-        if self.monitor is not None:
-            self.monitor(reference_time, controller, out)
+        if self._monitor is not None:
+            self._monitor(reference_time, controller, out)
         if out.clamped:
             self.stats.clamped.update(out.clamped)
             self.problem(f"effort clamped to the limit on {out.clamped}", "clamp")
         if controller.mode == "computed_torque" and controller.trajectory is None \
-                and not self.hold_reported:
+                and not self._hold_reported:
             self.node.get_logger().info("computed torque: no reference yet, holding the "
                                         "measured position (gravity + PD)")
-            self.hold_reported = True
+            self._hold_reported = True
         return True
 
     def _publish(self, effort: np.ndarray) -> None:

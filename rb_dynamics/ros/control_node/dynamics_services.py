@@ -3,7 +3,7 @@
 
 ``~/inverse_dynamics``, ``~/forward_dynamics``, ``~/dynamics_terms`` (M, C q̇, g) and
 ``~/simulate`` (a roll-out under constant, time-series, gravity-compensation or computed-torque
-efforts). Every answer comes from the node's one ``Dynamics`` object (``rb_dynamics.dynamics``:
+efforts). Every answer comes from the node's one ``Dynamics`` object (a ``LiveDynamics``:
 the generated kernels once built), the same the control loop uses. Bad input answers
 success=false with a message naming the field; so does an answer that would not be finite.
 
@@ -38,8 +38,14 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 from rb_dynamics.control import ControllerError, JointController
 from rb_dynamics.dynamics import ConstraintSet, Dynamics, constrained_forward_dynamics
 from rb_dynamics.dynamics import reference as dynamics
-from rb_dynamics.model import Model
-from rb_dynamics.ros.conversions import JointLayout, trajectory_points, wrenches_by_link
+from rb_dynamics.model import Model, finite_array
+from rb_dynamics.ros.conversions import (
+    JointLayout,
+    from_seconds,
+    trajectory_points,
+    wrenches_by_link,
+)
+from rb_dynamics.ros.runtime import failed_response
 from rb_dynamics.simulation import INTEGRATORS, compiled_steps, joint_losses, step
 from rb_dynamics_interfaces.srv import DynamicsTerms, ForwardDynamics, InverseDynamics, Simulate
 
@@ -51,7 +57,7 @@ DEFAULT_TIME_STEP = 1e-3
 DEFAULT_KP, DEFAULT_KD = 100.0, 20.0
 TORQUE_MODES = ("constant", "series", "gravity_compensation", "computed_torque")
 YIELD_EVERY_S = 0.005  # a roll-out hands the executor back this often
-CHUNK_STEPS = 250  # steps per call into the compiled roll-out (~1 ms of work with a law)
+CHUNK_STEPS = 250  # steps per call into the compiled roll-out (then YIELD_EVERY_S is checked)
 EffortSource = Callable[[float, np.ndarray, np.ndarray], np.ndarray]
 
 
@@ -103,21 +109,13 @@ class DynamicsServices:
             raise ValueError("no robot description loaded yet")
         return dyn
 
-    def _fail(self, name: str, response: Any, exc: BaseException) -> Any:
-        if isinstance(exc, (ValueError, KeyError, ControllerError)):
-            response.success, response.message = False, str(exc).strip("'\"")
-        else:  # a service answers, it never kills the node
-            self.node.get_logger().error(f"{name}: internal error: {exc!r}")
-            response.success, response.message = False, f"internal error: {exc!r}"
-        return response
-
     def _answer(self, name: str, response: Any, compute: Callable[[Dynamics], None]) -> Any:
         try:
             compute(self._dynamics())
             _require_finite(response)
             response.success, response.message = True, ""
-        except Exception as exc:  # noqa: BLE001 - see _fail
-            return self._fail(name, response, exc)
+        except Exception as exc:  # noqa: BLE001 - see failed_response
+            return failed_response(response, exc, self.node.get_logger(), name)
         return response
 
     # ------------------------------------------------------------------ services
@@ -180,10 +178,10 @@ class DynamicsServices:
                 await _pause()
             roll_out.fill(response)
             response.success, response.message = True, ""
-        except Exception as exc:  # noqa: BLE001 - see _fail
+        except Exception as exc:  # noqa: BLE001 - see failed_response
             response.trajectory = JointTrajectory()
             response.steps, response.energy_drift = 0, 0.0
-            return self._fail("simulate", response, exc)
+            return failed_response(response, exc, self.node.get_logger(), "simulate")
         return response
 
 
@@ -266,8 +264,7 @@ class RollOut:
             t = (k0 + every * j) * self.dt
             point = JointTrajectoryPoint(positions=positions, velocities=velocities,
                                          accelerations=accelerations, effort=effort)
-            point.time_from_start.sec, point.time_from_start.nanosec = divmod(
-                round(t * 1e9), 1_000_000_000)
+            from_seconds(t, point.time_from_start)
             points.append(point)
             if self.constraints:
                 self.worst_violation = max(self.worst_violation, self.constraints.violation(
@@ -355,8 +352,8 @@ class RollOut:
 
     def _series(self, request: Any) -> EffortSource:
         n = len(self.layout.v_index)
-        times = np.asarray(request.effort_times, dtype=float)
-        rows = np.asarray(request.efforts, dtype=float)
+        times = finite_array(request.effort_times, "effort_times").reshape(-1)
+        rows = finite_array(request.efforts, "efforts").reshape(-1)
         if times.size == 0:
             raise ValueError("effort_times: series mode needs at least one time")
         if times.size > MAX_POINTS:
@@ -364,10 +361,6 @@ class RollOut:
         if rows.size != times.size * n:
             raise ValueError(f"efforts: series mode needs len(effort_times) × {n} = "
                              f"{times.size * n} values, got {rows.size}")
-        if not np.all(np.isfinite(times)):
-            raise ValueError("effort_times contain NaN or inf")
-        if not np.all(np.isfinite(rows)):
-            raise ValueError("efforts contain NaN or inf")
         if np.any(np.diff(times) <= 0):
             raise ValueError("effort_times must increase strictly")
         table = np.zeros((times.size, self.model.nv))

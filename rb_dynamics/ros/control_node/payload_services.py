@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Payload services of the control node (and the simulator's ``~/set_payload``).
+"""Payload services of the control node.
 
     ~/set_payload         (rb_dynamics_interfaces/SetPayload)   a payload at run time
     ~/identify_payload    (rb_dynamics_interfaces/IdentifyPayload)  mass and COM from efforts
@@ -17,16 +17,15 @@ How a payload takes effect (``PayloadServices``):
   ``payload.PayloadDynamics``, the node's dynamics of the bare robot (its generated kernels)
   plus the payload's terms, whose ``model`` is ``with_payload(model, payload)`` for what reads
   the model itself (the constraint solver, energies). Not new kernels for the loaded model:
-  generating them holds the interpreter for tenths of a second at a time (measured on panda:
-  0.45 s), a gap in the control loop's commands; composing costs nothing at set time and
-  ~25 µs per call.
+  generating them holds the interpreter long enough to leave a gap in the control loop's
+  commands, while composing costs nothing at set time and little per call.
 - A new robot description keeps the payload when its link exists there; otherwise the payload
   is dropped and /diagnostics says why.
 
 Identification from recorded data: the control loop thread hands every joint state it has
-answered to ``RestingSamples``, which keeps those at rest (every |q̇| below
-``payload.rest_velocity``; position and effort in model order, node-clock time) in a ring
-buffer of ``RESTING_CAPACITY`` states. ``rest_poses`` groups them into poses. The whole
+answered to ``identification.resting.RestingSamples``, which keeps those at rest (every |q̇|
+below ``payload.rest_velocity``; position and effort in model order, node-clock time) in a
+ring buffer of ``RESTING_CAPACITY`` states; ``rest_poses`` groups them into poses. The whole
 payload is estimated against the bare model (never relative to the payload set now).
 """
 
@@ -58,32 +57,30 @@ from rb_dynamics.dynamics import (
 )
 from rb_dynamics.identification import (
     IdentificationError,
+    RestingSamples,
     identify_payload,
     identify_payload_inertia,
+    rest_poses,
 )
-from rb_dynamics.model import MAX_MAGNITUDE, Model
+from rb_dynamics.model import MAX_MAGNITUDE, Model, finite_array
 from rb_dynamics.ros import parameters as ros_params
-from rb_dynamics.ros.conversions import ConversionError, trajectory_points
+from rb_dynamics.ros.conversions import ConversionError, JointLayout, trajectory_points
 from rb_dynamics.ros.parameters import ParameterSpec
+from rb_dynamics.ros.payload_messages import (
+    describe,
+    inertia_matrix,
+    payload_from_fields,
+    payload_message,
+)
+from rb_dynamics.ros.runtime import failed_response
 from rb_dynamics_interfaces.msg import LimitViolation
-from rb_dynamics_interfaces.msg import Payload as PayloadMsg
 from rb_dynamics_interfaces.srv import IdentifyPayload, SetPayload, TrajectoryEfforts
 
-__all__ = [
-    "PAYLOAD_PARAMETERS",
-    "RESTING_CAPACITY",
-    "PayloadServices",
-    "RestingSamples",
-    "SimulatorPayload",
-    "payload_from_fields",
-    "rest_poses",
-]
+from .control_loop import ControlLoop
 
-RESTING_CAPACITY = 60_000  # resting joint states kept: a minute at 1 kHz, ~8 MB for 7 joints
-POSE_TOLERANCE = 2e-3  # rad or m: samples farther than this from a pose's first are a new pose
-MAX_REST_GAP = 0.5  # s without a resting sample: the arm moved (or the stream stopped)
+__all__ = ["PAYLOAD_PARAMETERS", "PayloadServices"]
+
 DEFAULT_MIN_REST = 0.5  # s a pose must be held to count (its first half is dropped as settling)
-END_MARGIN = 0.2  # s dropped at the end of a pose: the next move is starting
 
 PAYLOAD_PARAMETERS: dict[str, ParameterSpec] = {
     "payload.link": ParameterSpec(
@@ -104,194 +101,14 @@ PAYLOAD_PARAMETERS: dict[str, ParameterSpec] = {
 }
 
 
-# ----------------------------------------------------------------------------- conversions
-
-
-def _inertia_matrix(values, field: str) -> np.ndarray:
-    """6 values (URDF order ixx ixy ixz iyy iyz izz), 9 (row-major) or none (zero)."""
-    values = np.asarray(values, dtype=float).reshape(-1)
-    if values.size == 0:
-        return np.zeros((3, 3))
-    if values.size == 6:
-        xx, xy, xz, yy, yz, zz = values
-        return np.array([[xx, xy, xz], [xy, yy, yz], [xz, yz, zz]])
-    if values.size == 9:
-        return values.reshape(3, 3)
-    raise ValueError(f"{field}: 6 values (ixx ixy ixz iyy iyz izz) or 9 (row-major), "
-                     f"got {values.size}")
-
-
-def payload_from_fields(model: Model, default_link: str, link: str, mass: float, com,
-                        inertia, prefix: str = "") -> tuple[Payload, PayloadEffort]:
-    """A checked Payload on ``model`` from a message's fields, and its effort on ``model``
-    (ValueError naming the field)."""
-    link = link or default_link
-    com = [com.x, com.y, com.z] if isinstance(com, Vector3) else com
-    try:
-        payload = Payload(link, mass, com, _inertia_matrix(inertia, f"{prefix}inertia"))
-        return payload, PayloadEffort(model, payload)  # PayloadEffort: the link exists, moves
-    except ValueError as exc:  # "payload mass must be ..." → "<prefix>mass must be ..."
-        text = str(exc)
-        if text.startswith("payload "):
-            raise ValueError(prefix + text.removeprefix("payload ")) from None
-        raise ValueError(f"{prefix}link: {text}" if prefix else text) from None
-
-
-def payload_message(payload: Payload | None, link: str = "") -> PayloadMsg:
-    if payload is None:
-        return PayloadMsg(link=link)
-    x, y, z = payload.com.tolist()
-    return PayloadMsg(link=payload.link, mass=payload.mass, com=Vector3(x=x, y=y, z=z),
-                      inertia=payload.inertia.reshape(-1).tolist())
-
-
-def describe(payload: Payload | None) -> str:
-    if payload is None or payload.is_empty:
-        return "none"
-    com = ", ".join(f"{c:.4g}" for c in payload.com)
-    inertia = "" if not payload.inertia.any() else \
-        f", inertia diag [{', '.join(f'{x:.3g}' for x in np.diag(payload.inertia))}] kg·m²"
-    return f"{payload.mass:.4g} kg on {payload.link}, COM [{com}] m{inertia}"
-
-
-# ----------------------------------------------------------------------------- resting samples
-
-
-class RestingSamples:
-    """The latest joint states at rest, in model order, for identification.
-
-    ``record`` runs on the control loop thread after the command is out: a velocity check per
-    state, and for a resting one a copy into arrays preallocated by ``reset`` (called when a
-    model is installed). Everything tied to a model is replaced whole, never edited in place,
-    so a model change between two states cannot mix two layouts.
-    """
-
-    def __init__(self, rest_velocity: float, clock: Callable[[], float],
-                 capacity: int = RESTING_CAPACITY) -> None:
-        self.rest_velocity, self.clock, self.capacity = rest_velocity, clock, capacity
-        self._lock = threading.Lock()
-        self._buffer: tuple | None = None  # (model, t, q, τ)
-        self._layout: tuple | None = None  # (model, message names, columns, q index, v index)
-        self.written = 0  # resting states recorded for the current model
-        self.without_effort = 0  # joint states that carried no efforts
-
-    def reset(self, model: Model) -> None:
-        """Start recording for ``model`` (what was recorded for another model is dropped)."""
-        buffer = (model, np.zeros(self.capacity),
-                  np.tile(model.neutral_configuration(), (self.capacity, 1)),
-                  np.zeros((self.capacity, model.nv)))
-        with self._lock:
-            self._buffer, self.written = buffer, 0
-
-    @staticmethod
-    def _map(model: Model, names: list[str]) -> tuple | None:
-        """Where the model's joints are in a message (None: one is missing)."""
-        index = {n: k for k, n in enumerate(names)}
-        if any(n not in index for n in model.joint_names):
-            return None
-        return (model, list(names), np.array([index[n] for n in model.joint_names], dtype=int),
-                np.array(model.joint_q_index, dtype=int), np.array(model.joint_v_index,
-                                                                   dtype=int))
-
-    def record(self, msg: Any, controller: JointController | None) -> None:
-        n = len(msg.name)
-        if controller is None or len(msg.velocity) != n or len(msg.position) != n:
-            return  # not a state the controller took
-        if len(msg.effort) != n:
-            self.without_effort += 1
-            return
-        if n and max(map(abs, msg.velocity)) >= self.rest_velocity:
-            return
-        model, buffer = controller.model, self._buffer
-        if buffer is None or buffer[0] is not model:
-            return
-        layout = self._layout
-        if layout is None or layout[0] is not model or layout[1] != msg.name:
-            layout = self._layout = self._map(model, msg.name)
-            if layout is None:
-                return
-        _, _, columns, q_index, v_index = layout
-        now = self.clock()
-        position = np.asarray(msg.position)[columns]
-        effort = np.asarray(msg.effort)[columns]
-        with self._lock:
-            if self._buffer is not buffer:
-                return
-            slot = self.written % self.capacity
-            buffer[1][slot] = now
-            buffer[2][slot, q_index] = position
-            buffer[3][slot, v_index] = effort
-            self.written += 1
-
-    def take(self, model: Model, since: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(t, q, τ) of the resting states recorded at or after ``since``, oldest first."""
-        with self._lock:
-            buffer = self._buffer
-            if buffer is None or buffer[0] is not model or self.written == 0:
-                return np.zeros(0), np.zeros((0, model.nq)), np.zeros((0, model.nv))
-            count = min(self.written, self.capacity)
-            order = np.arange(self.written - count, self.written) % self.capacity
-            t, q, tau = buffer[1][order], buffer[2][order], buffer[3][order]
-        keep = t >= since
-        return t[keep], q[keep], tau[keep]
-
-    @property
-    def stored(self) -> int:
-        return min(self.written, self.capacity)
-
-
-def rest_poses(t: np.ndarray, q: np.ndarray, tau: np.ndarray, min_rest: float,
-               tolerance: float = POSE_TOLERANCE, max_gap: float = MAX_REST_GAP
-               ) -> tuple[np.ndarray, np.ndarray, int]:
-    """(poses (N, nq), mean efforts (N, nv), samples used) from time-ordered resting samples.
-
-    A pose is a run of samples without a gap over ``max_gap`` seconds whose positions stay
-    within ``tolerance`` of its first; held at least ``min_rest`` seconds, it counts with the
-    mean of its samples from half-way to ``END_MARGIN`` before its end. Both ends are motion
-    that the velocity threshold does not see: the first half settling (the arm still
-    decelerating), the end the next move starting (slow, but already accelerating: M q̈ ≠ 0).
-    """
-    poses, efforts, used = [], [], 0
-    start = 0
-    breaks = set((np.flatnonzero(np.diff(t) > max_gap) + 1).tolist()) | {len(t)}
-    while start < len(t):
-        stop = min(b for b in breaks if b > start)
-        moved = np.flatnonzero(np.abs(q[start:stop] - q[start]).max(axis=1) > tolerance)
-        end = start + int(moved[0]) if moved.size else stop
-        if t[end - 1] - t[start] >= min_rest:
-            run = t[start:end]
-            settled = np.flatnonzero((run >= 0.5 * (run[0] + run[-1]))
-                                     & (run <= run[-1] - END_MARGIN)) + start
-            if settled.size:
-                poses.append(q[settled].mean(axis=0))
-                efforts.append(tau[settled].mean(axis=0))
-                used += len(settled)
-        start = end
-    if not poses:
-        return np.zeros((0, q.shape[1])), np.zeros((0, tau.shape[1])), 0
-    return np.array(poses), np.array(efforts), used
-
-
-# ----------------------------------------------------------------------------- the services
-
-
-def _fail(response: Any, exc: BaseException, node: Node, name: str) -> Any:
-    if isinstance(exc, ValueError):  # IdentificationError, ConversionError, ControllerError
-        response.success, response.message = False, str(exc)
-    else:  # a service answers, it never kills the node
-        node.get_logger().error(f"{name}: internal error: {exc!r}")
-        response.success, response.message = False, f"internal error: {exc!r}"
-    return response
-
-
 class PayloadServices:
     """The payload of a control node: its services, the law's term, the services' dynamics.
 
     ``get_dynamics`` returns the node's dynamics of the bare robot (None: no model yet).
     """
 
-    def __init__(self, node: Node, loop: Any, get_dynamics: Callable[[], Dynamics | None]
-                 ) -> None:
+    def __init__(self, node: Node, loop: ControlLoop,
+                 get_dynamics: Callable[[], Dynamics | None]) -> None:
         self.node, self.loop, self.get_dynamics = node, loop, get_dynamics
         ros_params.declare(node, PAYLOAD_PARAMETERS)
         settings = ros_params.read(node, PAYLOAD_PARAMETERS)  # a bad file: no start
@@ -299,7 +116,7 @@ class PayloadServices:
         self._startup: tuple | None = None
         if settings["payload.mass"] > 0:
             startup = (settings["payload.mass"], settings["payload.com"],
-                       _inertia_matrix(settings["payload.inertia"], "payload.inertia"))
+                       inertia_matrix(settings["payload.inertia"], "payload.inertia"))
             Payload("unchecked", *startup)  # the values now; the link once a model is there
             self._startup = startup
         self.current: Payload | None = None  # the payload the robot carries (None: none)
@@ -307,13 +124,16 @@ class PayloadServices:
         self._lock = threading.Lock()  # one payload change at a time, model changes included
         self._loaded: PayloadDynamics | None = None  # the services' dynamics, made on demand
         self._built: PayloadEffort | None = None  # the last one ~/set_payload built
-        self.samples = RestingSamples(settings["payload.rest_velocity"], loop._now)
-        loop.recorder = lambda msg: self.samples.record(msg, loop.controller)
+        self.samples = RestingSamples(settings["payload.rest_velocity"], loop.now)
+        loop.set_state_recorder(self._record)
         node.create_service(SetPayload, "~/set_payload", self._set_payload)
         node.create_service(IdentifyPayload, "~/identify_payload", self._identify)
         node.create_service(TrajectoryEfforts, "~/trajectory_efforts", self._trajectory_efforts)
 
     # ------------------------------------------------------------------ state
+
+    def _record(self, msg: Any, controller: JointController | None) -> None:
+        self.samples.record(msg, controller.model if controller is not None else None)
 
     def default_link(self, model: Model) -> str:
         return self.link_parameter or default_payload_link(model)
@@ -427,8 +247,8 @@ class PayloadServices:
             self.apply(payload)
             response.payload = payload_message(payload)
             response.success, response.message = True, f"payload: {describe(payload)}"
-        except Exception as exc:  # noqa: BLE001 - see _fail
-            return _fail(response, exc, self.node, "set_payload")
+        except Exception as exc:  # noqa: BLE001 - see failed_response
+            return failed_response(response, exc, self.node.get_logger(), "set_payload")
         return response
 
     # ------------------------------------------------------------------ ~/identify_payload
@@ -449,23 +269,22 @@ class PayloadServices:
                 self.apply(payload)
                 response.applied = True
                 response.message += "; applied"
-        except Exception as exc:  # noqa: BLE001 - see _fail
-            return _fail(response, exc, self.node, "identify_payload")
+        except Exception as exc:  # noqa: BLE001 - see failed_response
+            return failed_response(response, exc, self.node.get_logger(), "identify_payload")
         return response
 
     def _identify_given(self, model: Model, link: str, bias: str, request: Any):
-        names = list(request.joint_names)
-        rows = _rows(model, names, request.positions, "positions")
+        layout = JointLayout(model, request.joint_names)
+        rows = _pose_rows(request.positions, len(layout.q_index), "positions")
         n = len(rows)
         q = np.tile(model.neutral_configuration(), (n, 1))
-        q[:, _indices(model, names, "q")] = rows
-        tau = _model_rows(model, names, request.efforts, n, "efforts")
+        q[:, layout.q_index] = rows
+        tau = _model_rows(layout, request.efforts, n, "efforts")
         reference = (None if not len(request.reference_efforts) else
-                     _model_rows(model, names, request.reference_efforts, n,
-                                 "reference_efforts"))
+                     _model_rows(layout, request.reference_efforts, n, "reference_efforts"))
         if len(request.velocities) or len(request.accelerations):
-            v = _model_rows(model, names, request.velocities, n, "velocities")
-            a = _model_rows(model, names, request.accelerations, n, "accelerations")
+            v = _model_rows(layout, request.velocities, n, "velocities")
+            a = _model_rows(layout, request.accelerations, n, "accelerations")
             return identify_payload_inertia(model, q, v, a, tau, link, bias=bias,
                                             reference_efforts=reference)
         return identify_payload(model, q, tau, link, bias=bias, reference_efforts=reference)
@@ -478,7 +297,7 @@ class PayloadServices:
             raise ValueError(f"min_rest must be > 0 s (0: {DEFAULT_MIN_REST}), got {min_rest}")
         if len(request.reference_efforts) or len(request.velocities):
             raise ValueError("reference_efforts/velocities: only with given positions")
-        since = self.loop._now() - window if window > 0 else -math.inf
+        since = self.loop.now() - window if window > 0 else -math.inf
         t, q, tau = self.samples.take(model, since)
         if not len(t):
             extra = (f"; {self.samples.without_effort} joint states had no efforts"
@@ -515,9 +334,9 @@ class PayloadServices:
             if held:
                 report.notes.append(f"joints not in the trajectory, held still: {held}")
             _fill_report(response, report, trajectory)
-        except Exception as exc:  # noqa: BLE001 - see _fail
+        except Exception as exc:  # noqa: BLE001 - see failed_response
             response.trajectory = JointTrajectory()
-            return _fail(response, exc, self.node, "trajectory_efforts")
+            return failed_response(response, exc, self.node.get_logger(), "trajectory_efforts")
         return response
 
     def _efforts_dynamics(self, request: Any) -> tuple[Dynamics, Payload | None]:
@@ -545,7 +364,10 @@ class PayloadServices:
         in v, and a note on the joints not named: they hold their last measured position (else
         the neutral one)."""
         names = list(trajectory.joint_names)
-        q_cols, v_cols = _indices(model, names, "q"), _indices(model, names, "v")
+        if not names:
+            raise ConversionError("joint_names: empty")
+        layout = JointLayout(model, names, every_joint=False)
+        q_cols, v_cols = layout.q_index, layout.v_index
         points = trajectory_points(trajectory.points, "trajectory.points")
         if not points:
             raise ValueError("trajectory.points: empty")
@@ -579,42 +401,23 @@ class PayloadServices:
         return times, q, arrays["velocities"], arrays["accelerations"], v_cols, held
 
 
-def _indices(model: Model, names: list[str], kind: str) -> np.ndarray:
-    """Model q or v index of each named joint (1-DoF, independent, named once)."""
-    unknown = [n for n in names if n not in model.joint_names]
-    if unknown:
-        raise ConversionError(f"joint_names: unknown joints {unknown}; the model's joints are "
-                              f"{model.joint_names}")
-    if len(set(names)) != len(names):
-        raise ConversionError(f"joint_names: repeated joints in {names}")
-    if not names:
-        raise ConversionError("joint_names: empty")
-    table = model.joint_q_index if kind == "q" else model.joint_v_index
-    return np.array([table[model.joint_index(n)] for n in names], dtype=int)
-
-
-def _rows(model: Model, names: list[str], values, field: str) -> np.ndarray:
-    """Request values as (N, len(names)) rows, finite (ConversionError naming the field)."""
-    _indices(model, names, "q")
-    missing = [n for n in model.joint_names if n not in names]
-    if missing:
-        raise ConversionError(f"joint_names: missing joints {missing} (every joint of the "
-                              "model once)")
-    arr = np.asarray(values, dtype=float).reshape(-1)
-    if arr.size == 0 or arr.size % len(names):
-        raise ConversionError(f"{field}: {arr.size} values is not N × {len(names)} "
+def _pose_rows(values: Any, width: int, field: str) -> np.ndarray:
+    """Request values as (N, width) rows, one per pose, finite (ConversionError naming the
+    field)."""
+    arr = finite_array(values, field, error=ConversionError).reshape(-1)
+    if arr.size == 0 or arr.size % width:
+        raise ConversionError(f"{field}: {arr.size} values is not N × {width} "
                               f"(one row per pose, ordered as joint_names)")
-    if not np.all(np.isfinite(arr)):
-        raise ConversionError(f"{field} contains NaN or inf")
-    return arr.reshape(-1, len(names))
+    return arr.reshape(-1, width)
 
 
-def _model_rows(model: Model, names: list[str], values, n: int, field: str) -> np.ndarray:
-    rows = _rows(model, names, values, field)
+def _model_rows(layout: JointLayout, values: Any, n: int, field: str) -> np.ndarray:
+    """(n, nv) model-ordered rows from a request's rows in ``layout`` order."""
+    rows = _pose_rows(values, len(layout.v_index), field)
     if len(rows) != n:
         raise ConversionError(f"{field}: {len(rows)} rows for {n} poses")
-    out = np.zeros((n, model.nv))
-    out[:, _indices(model, names, "v")] = rows
+    out = np.zeros((n, layout.model.nv))
+    out[:, layout.v_index] = rows
     return out
 
 
@@ -661,32 +464,3 @@ def _fill_report(response: Any, report: FeasibilityReport, trajectory: Any) -> N
     response.report = report.summary()
     response.success = True
     response.message = "feasible" if report.feasible else f"not feasible: {report.violations[0]}"
-
-
-# ----------------------------------------------------------------------------- the simulator
-
-
-class SimulatorPayload:
-    """The simulator's ``~/set_payload``: ``carry(dynamics)`` makes the simulated robot the
-    bare one (``bare``, its dynamics) with the payload (``PayloadDynamics``), or the bare one
-    for mass 0; the state is kept."""
-
-    def __init__(self, node: Node, bare: Dynamics, carry: Callable[[Dynamics], None]) -> None:
-        self.node, self.bare, self.carry = node, bare, carry
-        self.current: Payload | None = None
-        node.create_service(SetPayload, "~/set_payload", self._set_payload)
-
-    def _set_payload(self, request: Any, response: Any) -> Any:
-        try:
-            model = self.bare.model
-            payload, _ = payload_from_fields(model, default_payload_link(model), request.link,
-                                             request.mass, request.com, request.inertia)
-            self.carry(self.bare if payload.is_empty else PayloadDynamics(self.bare, payload))
-            self.current = None if payload.is_empty else payload
-            response.payload = payload_message(payload)
-            response.success = True
-            response.message = f"simulating the robot with payload: {describe(payload)}"
-            self.node.get_logger().info(response.message)
-        except Exception as exc:  # noqa: BLE001 - see _fail
-            return _fail(response, exc, self.node, "set_payload")
-        return response

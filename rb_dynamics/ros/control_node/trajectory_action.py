@@ -1,101 +1,26 @@
 # SPDX-License-Identifier: Apache-2.0
 """``~/follow_joint_trajectory`` and ``~/controller_state``: the control node driven the way
 ros2_controllers' joint_trajectory_controller (JTC) is, so MoveIt and every trajectory-sending
-tool can use it.
-
-Behaviour, as JTC does it (ros2_controllers, jazzy branch: ``joint_trajectory_controller.cpp``
-``update``, ``goal_received_callback``, ``goal_accepted_callback``, ``goal_cancelled_callback``,
-``validate_trajectory_msg``, ``preempt_active_goal``; ``tolerances.hpp``
-``get_segment_tolerances``, ``resolve_tolerance_source``, ``check_state_tolerance_per_joint``;
-``trajectory.cpp`` ``sample``), and where this node differs:
-
-==============================  ==========================================================
-goal validation                 joint names: non-empty, no repeats, each one of the node's
-                                ``joints``, any order; a subset is allowed, the joints left
-                                out hold their current reference (JTC with
-                                ``allow_partial_joints_goal: true``) → INVALID_JOINTS.
-                                Points: at least one; positions sized like joint_names,
-                                velocities/accelerations empty or the same size; finite;
-                                ``time_from_start`` strictly increasing; no ``effort``
-                                values; the last point at rest unless
-                                ``allow_nonzero_velocity_at_trajectory_end``; no
-                                multi_dof_trajectory → INVALID_GOAL. A non-zero header stamp
-                                + the last ``time_from_start`` in the past →
-                                OLD_HEADER_TIMESTAMP. Inactive node, no model, or
-                                ``mode`` gravity_compensation → INVALID_GOAL.
-how a refusal is told           JTC rejects (GoalResponse.REJECT) and logs why; a ROS 2 goal
-                                response carries no reason, so here the goal is accepted and
-                                at once aborted with the error code and the reason as
-                                ``error_string`` (as ROS 1 JTC's ``setRejected`` did). It
-                                never touches the goal being executed.
-time                            header stamp 0: start now; else start at the stamp. A first
-                                point at ``time_from_start`` 0 is jumped to at once; before
-                                it the spline runs from the current reference (``control``).
-tolerances                      defaults from parameters: ``constraints.<joint>.trajectory``
-                                (path, position), ``constraints.<joint>.goal`` (goal,
-                                position), ``constraints.stopped_velocity_tolerance`` (goal,
-                                velocity, every joint), ``constraints.goal_time``. A goal's
-                                ``path_tolerance``/``goal_tolerance``/``goal_time_tolerance``
-                                entry overrides per joint: > 0 is the tolerance, 0 keeps the
-                                default, -1 removes it, other negatives are illegal (JTC
-                                falls back to the defaults and logs; here INVALID_GOAL, as is
-                                a tolerance naming an unknown joint: INVALID_JOINTS). A
-                                tolerance of 0 is not checked. Acceleration tolerances are
-                                accepted and not checked (no measured acceleration: JTC's
-                                error has none without an acceleration state interface).
-path tolerance                  checked on every command before the last point's time (and
-                                on the first one): |q_d − q| or |q̇_d − q̇| above it on any
-                                joint → ABORTED, PATH_TOLERANCE_VIOLATED, "Aborted due to
-                                path tolerance violation" (+ which joint, error, tolerance);
-                                the arm then holds its measured position.
-goal tolerance                  after the last point's time: every joint inside → SUCCEEDED,
-                                SUCCESSFUL, "Goal successfully reached!", the last point held.
-                                Still outside ``goal_time`` after the end (``goal_time`` > 0)
-                                → ABORTED, GOAL_TOLERANCE_VIOLATED, "Aborted due to
-                                goal_time_tolerance exceeding by <t> seconds", hold position.
-                                ``goal_time`` 0: waits as long as it takes.
-preemption                      a new accepted goal aborts the active one: INVALID_GOAL,
-                                "Current goal preempted by new incoming action.". A
-                                trajectory on ``~/trajectory`` (JTC keeps the goal and
-                                tracks it against the new trajectory), a ``mode`` change or a
-                                new robot description abort it too, with INVALID_GOAL and
-                                what happened.
-cancel                          the active goal: CANCELED, the arm holds its measured
-                                position (JTC without ``decelerate_on_cancel``).
-deactivate (lifecycle)          the active goal: ABORTED, INVALID_GOAL, "Current goal
-                                cancelled during deactivate transition."
-feedback                        at ``action_monitor_rate`` (JTC: 20 Hz): header stamp,
-                                joint_names (the node's ``joints``), desired (positions,
-                                velocities, accelerations), actual (positions, velocities),
-                                error = desired − actual (positions wrapped on continuous
-                                joints, velocities).
-~/controller_state              control_msgs/JointTrajectoryControllerState for each command
-                                (``state_publish_rate`` 0) or at most that rate: header stamp
-                                = the instant the state describes, joint_names, reference
-                                (q_d, q̇_d, q̈_d; empty in gravity compensation, which has no
-                                reference), feedback (q, q̇), error (reference − feedback),
-                                output.effort (the efforts published), speed_scaling_factor
-                                1; multi_dof_* empty.
-==============================  ==========================================================
+tool can use it. The behaviour (goal validation, how a refusal is told, time, tolerances,
+preemption, cancel, deactivation, feedback, the state topic) and where it differs from JTC are
+in docs/trajectory_controller.md; the checks themselves are in ``goal_tracking``.
 
 Threads: the tolerances are checked on the control loop's thread, under its lock, right after
-each command (a few array comparisons: ~5 µs with the state snapshot); it keeps references to
-the arrays the command was computed from and wakes the main executor (a guard condition) when a
-goal ends or ten controller states are due (a 10 Hz timer sends what is left). Messages are
-built and published, and goals finished, on the main executor (~50 µs per controller state, one
-reused message); the action's execute callback is a coroutine awaiting the goal's end, so it
-never blocks the executor. Without control_msgs the node runs without the action and the state
-topic, and says so once.
+each command (a few array comparisons); it keeps references to the arrays the command was
+computed from and wakes the main executor (a guard condition) when a goal ends or
+``STATE_BATCH`` controller states are due (a 10 Hz timer sends what is left). Messages are
+built and published, and goals finished, on the main executor (one reused message); the
+action's execute callback is a coroutine awaiting the goal's end, so it never blocks the
+executor. Without control_msgs the node runs without the action and the state topic, and says
+so once.
 """
 
 from __future__ import annotations
 
-import array
 import functools
 import math
 from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -103,12 +28,29 @@ from rcl_interfaces.msg import SetParametersResult
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from rclpy.task import Future
 
 from rb_dynamics.control import ControllerError, ControlOutput, JointController, TrajectorySampler
 from rb_dynamics.ros import parameters as ros_params
-from rb_dynamics.ros.conversions import ConversionError, seconds, trajectory_points
+from rb_dynamics.ros.conversions import (
+    ConversionError,
+    to_seconds,
+    trajectory_points,
+)
 from rb_dynamics.ros.parameters import ParameterSpec
+
+from .control_loop import ControlLoop
+from .controller_messages import fill_controller_state, fill_feedback
+from .goal_tracking import (
+    INVALID_GOAL,
+    OLD_HEADER_TIMESTAMP,
+    SUCCESSFUL,
+    GoalError,
+    GoalTracker,
+    Outcome,
+    Tolerances,
+    check_goal_message,
+    goal_tolerances,
+)
 
 try:
     from control_msgs.action import FollowJointTrajectory
@@ -119,16 +61,10 @@ except ImportError as _exc:  # a machine without the ROS tools: the node runs wi
     MISSING = (f"control_msgs is not installed ({_exc}): no ~/follow_joint_trajectory action "
                "and no ~/controller_state (install ros-<distro>-control-msgs)")
 
-__all__ = ["MISSING", "PARAMETERS", "GoalError", "GoalTracker", "Outcome", "Tolerances",
-           "TrajectoryAction", "goal_tolerances", "resolve_tolerance"]
+__all__ = ["MISSING", "PARAMETERS", "TrajectoryAction"]
 
-# control_msgs/action/FollowJointTrajectory Result codes (the same numbers as the message)
-SUCCESSFUL, INVALID_GOAL, INVALID_JOINTS, OLD_HEADER_TIMESTAMP = 0, -1, -2, -3
-PATH_TOLERANCE_VIOLATED, GOAL_TOLERANCE_VIOLATED = -4, -5
 STATE_BATCH = 10  # controller states per executor wake at the control rate
 MAX_PENDING_STATES = 1000  # older ones are dropped if the executor falls behind
-ERASE = -1.0  # control_msgs/JointTolerance: -1 removes a default tolerance
-FLOAT32_EPS = 1.1920929e-07  # JTC compares with -1 to float precision
 
 PARAMETERS: dict[str, ParameterSpec] = {
     "constraints.goal_time": ParameterSpec(
@@ -150,232 +86,14 @@ JOINT_CONSTRAINTS = {"trajectory": "path position tolerance of {joint} (0: none)
                      "goal": "goal position tolerance of {joint} (0: none), as JTC"}
 
 
-class GoalError(ValueError):
-    """A goal this controller cannot follow: ``code`` is the Result error code."""
-
-    def __init__(self, code: int, text: str) -> None:
-        super().__init__(text)
-        self.code = code
-
-
-# ----------------------------------------------------------------------------- tolerances
-
-
-def resolve_tolerance(default: float, value: float, what: str) -> float:
-    """JTC's ``resolve_tolerance_source``: > 0 is the tolerance, 0 keeps ``default``, -1 erases
-    (0: not checked); any other value is refused here (JTC would fall back to the defaults)."""
-    if not math.isfinite(value):
-        raise GoalError(INVALID_GOAL, f"{what} is {value}")
-    if value > 0.0:
-        return value
-    if abs(value - ERASE) < FLOAT32_EPS:
-        return 0.0
-    if value < 0.0:
-        raise GoalError(INVALID_GOAL, f"{what} is {value}: a tolerance is > 0, 0 (the default) "
-                        "or -1 (none)")
-    return default
-
-
-@dataclass
-class Tolerances:
-    """Per joint of the controller (its ``joints`` order); 0 means not checked."""
-
-    path_position: np.ndarray
-    path_velocity: np.ndarray
-    path_acceleration: np.ndarray
-    goal_position: np.ndarray
-    goal_velocity: np.ndarray
-    goal_acceleration: np.ndarray
-    goal_time: float = 0.0
-
-    @classmethod
-    def defaults(cls, trajectory: Sequence[float], goal: Sequence[float],
-                 stopped_velocity: float, goal_time: float) -> Tolerances:
-        n = len(trajectory)
-        return cls(np.array(trajectory, float), np.zeros(n), np.zeros(n),
-                   np.array(goal, float), np.full(n, float(stopped_velocity)), np.zeros(n),
-                   float(goal_time))
-
-
-def goal_tolerances(defaults: Tolerances, joints: Sequence[str], path: Sequence[Any],
-                    goal: Sequence[Any], goal_time: float) -> Tolerances:
-    """The tolerances of one goal: its control_msgs/JointTolerance entries over ``defaults``."""
-    index = {name: k for k, name in enumerate(joints)}
-    out = Tolerances(*(np.array(getattr(defaults, f)) for f in (
-        "path_position", "path_velocity", "path_acceleration", "goal_position",
-        "goal_velocity", "goal_acceleration")), goal_time=resolve_tolerance(
-        defaults.goal_time, goal_time, "goal_time_tolerance"))
-    for kind, entries in (("path", path), ("goal", goal)):
-        for entry in entries:
-            k = index.get(entry.name)
-            if k is None:
-                raise GoalError(INVALID_JOINTS, f"{kind}_tolerance names joint {entry.name!r}, "
-                                f"which is not one of the controller's joints {list(joints)}")
-            for quantity in ("position", "velocity", "acceleration"):
-                array = getattr(out, f"{kind}_{quantity}")
-                array[k] = resolve_tolerance(array[k], getattr(entry, quantity),
-                                             f"{kind}_tolerance {entry.name} {quantity}")
-    return out
-
-
-# ----------------------------------------------------------------------------- tracking
-
-
-@dataclass
-class Outcome:
-    """How a goal ends: succeed, abort or cancel, with its result code and text."""
-
-    kind: str  # "succeed", "abort" or "cancel"
-    code: int
-    text: str
-    hold: bool = False  # hold the measured position from now on
-
-
-def _limits(tolerance: np.ndarray) -> np.ndarray:
-    return np.where(tolerance > 0.0, tolerance, np.inf)  # 0: not checked
-
-
-@dataclass
-class GoalTracker:
-    """One goal being executed: checked against the loop's state after each command."""
-
-    controller: JointController
-    sampler: TrajectorySampler
-    tolerances: Tolerances
-    handle: Any = None  # the action server's goal handle
-    future: Future = field(default_factory=Future)
-    latest: tuple | None = None  # (t, q_d, q̇_d, q̈_d, q, q̇, e_q, e_q̇) of the last command
-    outcome: Outcome | None = None
-    first: bool = True
-
-    def __post_init__(self) -> None:
-        tol = self.tolerances
-        self.path_q, self.path_v = _limits(tol.path_position), _limits(tol.path_velocity)
-        self.goal_q, self.goal_v = _limits(tol.goal_position), _limits(tol.goal_velocity)
-        self.end_time = self.sampler.end_time
-        self.max_error = np.zeros(len(self.controller.joints))  # max |q_d − q| so far
-
-    def check(self, t: float, controller: JointController, out: ControlOutput
-              ) -> Outcome | None:
-        """On the loop thread, after the command ``out`` for the reference sampled at ``t``:
-        None while the goal runs on, else how it ended."""
-        if controller is not self.controller:
-            return Outcome("abort", INVALID_GOAL, "aborted: a new robot description replaced "
-                           "the controller")
-        if controller.trajectory is not self.sampler:
-            if controller.mode != "computed_torque":
-                return Outcome("abort", INVALID_GOAL, f"aborted: mode changed to "
-                               f"{controller.mode}")
-            return Outcome("abort", INVALID_GOAL, "Current goal preempted by a trajectory on "
-                           "~/trajectory.")
-        q_d, v_d, a_d = controller.last_reference
-        index = controller.index  # fixed-base 1-DoF joints: q and q̇ share the index
-        e_q = out.position_error  # q_d − q, wrapped on continuous joints, joints order
-        e_v = v_d[index] - controller.v[index]
-        self.latest = (t, q_d, v_d, a_d, controller.q, controller.v, e_q, e_v)
-        abs_q, abs_v = np.abs(e_q), np.abs(e_v)
-        np.maximum(self.max_error, abs_q, out=self.max_error)
-        since_end = t - self.end_time
-        if since_end < 0.0 or self.first:  # JTC: also on the first sample, if it is the end
-            self.first = False
-            bad = (abs_q > self.path_q) | (abs_v > self.path_v)
-            if bad.any():
-                return Outcome("abort", PATH_TOLERANCE_VIOLATED, "Aborted due to path "
-                               "tolerance violation: " + self._which(bad, e_q, e_v, "path"),
-                               hold=True)
-            if since_end < 0.0:
-                return None
-        outside = (abs_q > self.goal_q) | (abs_v > self.goal_v)
-        if not outside.any():
-            return Outcome("succeed", SUCCESSFUL, "Goal successfully reached!")
-        if 0.0 < self.tolerances.goal_time < since_end:
-            return Outcome("abort", GOAL_TOLERANCE_VIOLATED, "Aborted due to goal_time_tolerance "
-                           f"exceeding by {since_end:.6f} seconds: "
-                           + self._which(outside, e_q, e_v, "goal"), hold=True)
-        return None
-
-    def _which(self, bad: np.ndarray, e_q: np.ndarray, e_v: np.ndarray, kind: str) -> str:
-        tol = self.tolerances
-        parts = []
-        for k in np.flatnonzero(bad):
-            name = self.controller.joints[k]
-            limit_q = getattr(tol, f"{kind}_position")[k]
-            limit_v = getattr(tol, f"{kind}_velocity")[k]
-            if limit_q > 0 and abs(e_q[k]) > limit_q:
-                parts.append(f"{name} position error {e_q[k]:.3g} (tolerance {limit_q:.3g})")
-            if limit_v > 0 and abs(e_v[k]) > limit_v:
-                parts.append(f"{name} velocity error {e_v[k]:.3g} (tolerance {limit_v:.3g})")
-        return "; ".join(parts)
-
-
-# ----------------------------------------------------------------------------- goals
-
-
-def check_goal_message(goal: Any, joints: Sequence[str], allow_moving_end: bool) -> None:
-    """What JTC's ``validate_trajectory_msg`` checks on the message itself (GoalError)."""
-    trajectory = goal.trajectory
-    multi = goal.multi_dof_trajectory
-    if len(multi.joint_names) or len(multi.points):
-        raise GoalError(INVALID_GOAL, "multi_dof_trajectory is not supported: the controller "
-                        "drives 1-DoF joints (use trajectory)")
-    names = list(trajectory.joint_names)
-    if not names:
-        raise GoalError(INVALID_JOINTS, "trajectory.joint_names is empty")
-    unknown = [n for n in names if n not in joints]
-    if unknown:
-        raise GoalError(INVALID_JOINTS, f"trajectory.joint_names: {unknown} are not joints of "
-                        f"this controller {list(joints)}")
-    repeated = sorted({n for n in names if names.count(n) > 1})
-    if repeated:
-        raise GoalError(INVALID_JOINTS, f"trajectory.joint_names: {repeated} appear twice")
-    if not trajectory.points:
-        raise GoalError(INVALID_GOAL, "trajectory.points is empty")
-    for k, point in enumerate(trajectory.points):
-        if len(point.effort):
-            raise GoalError(INVALID_GOAL, f"trajectory.points[{k}].effort: efforts are not "
-                            "taken (the controller computes them); leave it empty")
-    last = trajectory.points[-1].velocities
-    if not allow_moving_end and len(last) == len(names):
-        moving = [(n, v) for n, v in zip(names, last) if abs(v) > FLOAT32_EPS]
-        if moving:
-            raise GoalError(INVALID_GOAL, f"the last point's velocity is not zero: {moving} "
-                            "(allow_nonzero_velocity_at_trajectory_end is false)")
-    if trajectory.header.stamp.sec < 0:
-        raise GoalError(INVALID_GOAL, f"trajectory.header.stamp is negative "
-                        f"({trajectory.header.stamp.sec} s)")
-
-
-def _time_msg(t: float, message: Any) -> Any:
-    sec = math.floor(t)
-    nanosec = int(round((t - sec) * 1e9))
-    if nanosec >= 1_000_000_000:
-        sec, nanosec = sec + 1, nanosec - 1_000_000_000
-    message.sec, message.nanosec = int(sec), nanosec
-    return message
-
-
-def _doubles(values: Any) -> array.array:
-    """A float64 array.array, which a message's double sequence takes without a copy per
-    element."""
-    out = array.array("d")
-    out.frombytes(np.ascontiguousarray(values, dtype=float).tobytes())
-    return out
-
-
-def _fill(point: Any, t_from_start: float | None, *arrays: np.ndarray) -> None:
-    """positions, velocities, accelerations of a JointTrajectoryPoint (as many as given)."""
-    for name, values in zip(("positions", "velocities", "accelerations"), arrays):
-        setattr(point, name, _doubles(values))
-    if t_from_start is not None:
-        _time_msg(max(t_from_start, 0.0), point.time_from_start)
-
-
 class TrajectoryAction:
     """The action server, the state topic and their parameters, on the control node ``node``
-    driving ``loop`` (a ``ControlLoop``). ``is_active`` says whether the node is active."""
+    driving ``loop``. ``is_active`` says whether the node is active (lifecycle), ``has_model``
+    whether it has a robot model."""
 
-    def __init__(self, node: Node, loop: Any, is_active: Callable[[], bool]) -> None:
-        self.node, self.loop, self.is_active = node, loop, is_active
+    def __init__(self, node: Node, loop: ControlLoop, is_active: Callable[[], bool],
+                 has_model: Callable[[], bool]) -> None:
+        self.node, self.loop, self.is_active, self.has_model = node, loop, is_active, has_model
         self.log = node.get_logger()
         ros_params.declare(node, PARAMETERS)
         self.settings = ros_params.read(node, PARAMETERS)
@@ -412,10 +130,10 @@ class TrajectoryAction:
         self._feedback_timer = node.create_timer(1.0 / self.settings["action_monitor_rate"],
                                                  self._publish_feedback, callback_group=group)
         self._feedback_timer.cancel()  # runs while a goal does
-        loop.monitor = self._on_command
+        loop.set_command_monitor(self._on_command)
 
     def destroy(self) -> None:
-        self.loop.monitor = None
+        self.loop.set_command_monitor(None)
         if self.server is not None:
             self.server.destroy()
 
@@ -503,7 +221,7 @@ class TrajectoryAction:
         if controller.trajectory is goal.sampler:
             controller.trajectory = None
             controller.hold_position = controller.q.copy()
-            self.loop.hold_reported = True  # not "no reference yet": it holds on purpose
+            self.loop.holding_on_purpose()
 
     # ------------------------------------------------------------------ executor
 
@@ -558,8 +276,8 @@ class TrajectoryAction:
                             f"ros2 lifecycle set {self.node.get_fully_qualified_name()} activate")
         controller = self.loop.controller
         if controller is None:
-            raise GoalError(INVALID_GOAL, "no robot description loaded yet" if getattr(
-                self.node, "model", None) is None else "this model has nothing to command")
+            raise GoalError(INVALID_GOAL, "this model has nothing to command" if
+                            self.has_model() else "no robot description loaded yet")
         if controller.mode != "computed_torque":
             raise GoalError(INVALID_GOAL, f"the controller is in {controller.mode!r} mode; set "
                             "mode to 'computed_torque' to follow trajectories (ros2 param set "
@@ -567,8 +285,8 @@ class TrajectoryAction:
         check_goal_message(goal, controller.joints,
                            self.settings["allow_nonzero_velocity_at_trajectory_end"])
         trajectory = goal.trajectory
-        now = self.loop._now()
-        stamp = seconds(trajectory.header.stamp)
+        now = self.loop.now()
+        stamp = to_seconds(trajectory.header.stamp)
         try:
             points = trajectory_points(trajectory.points, "trajectory.points")
         except ConversionError as exc:
@@ -580,7 +298,7 @@ class TrajectoryAction:
                             f"{now:.6f})")
         tolerances = goal_tolerances(self._default_tolerances(controller.joints),
                                      controller.joints, goal.path_tolerance,
-                                     goal.goal_tolerance, seconds(goal.goal_time_tolerance))
+                                     goal.goal_tolerance, to_seconds(goal.goal_time_tolerance))
         try:
             sampler = controller.prepare_trajectory(list(trajectory.joint_names), points,
                                                     stamp if stamp > 0.0 else now, now)
@@ -607,7 +325,7 @@ class TrajectoryAction:
                     self._end(previous, Outcome("abort", INVALID_GOAL, "Current goal "
                                                 "preempted by new incoming action."), None)
                 goal.controller.trajectory = goal.sampler
-                self.loop.hold_reported = False
+                self.loop.reference_changed()
                 self._goal = goal
         if refused is not None:
             handle.execute(functools.partial(self._refuse, refused))
@@ -652,42 +370,15 @@ class TrajectoryAction:
 
     def _publish_feedback(self) -> None:
         goal = self._goal
-        latest = goal.latest if goal is not None else None
-        if latest is None:
+        if goal is None or goal.latest is None:
             return
-        t, q_d, v_d, a_d, q, v, e_q, e_v = latest
-        index = goal.controller.index
-        feedback = FollowJointTrajectory.Feedback(joint_names=goal.controller.joints)
-        _time_msg(t, feedback.header.stamp)
-        since_start = t - goal.sampler.start_time
-        _fill(feedback.desired, since_start, q_d[index], v_d[index], a_d[index])
-        _fill(feedback.actual, since_start, q[index], v[index])
-        _fill(feedback.error, since_start, e_q, e_v)
+        feedback = FollowJointTrajectory.Feedback()
+        fill_feedback(feedback, goal)
         goal.handle.publish_feedback(feedback)
 
     def _publish_state(self, t: float, controller: JointController,
                        sampler: TrajectorySampler | None, q: np.ndarray, v: np.ndarray,
                        reference: tuple | None, out: ControlOutput) -> None:
-        """One ~/controller_state, into the one message kept for it (array fields are taken
-        as they are: ~10 µs against ~45 µs for a new message from lists)."""
-        index = controller.index
-        msg = self._state_msg
-        if list(msg.joint_names) != controller.joints:  # a new model
-            msg.joint_names = controller.joints
-        _time_msg(t, msg.header.stamp)
-        msg.feedback.positions, msg.feedback.velocities = _doubles(q[index]), _doubles(v[index])
-        r, e = msg.reference, msg.error
-        if reference is None:  # gravity compensation: no reference
-            r.positions = r.velocities = r.accelerations = e.positions = e.velocities = \
-                _doubles(())
-        else:
-            q_d, v_d, a_d = reference
-            r.positions, r.velocities = _doubles(q_d[index]), _doubles(v_d[index])
-            r.accelerations = _doubles(a_d[index])
-            e.positions = _doubles(out.position_error)
-            e.velocities = _doubles(v_d[index] - v[index])
-        since = t - sampler.start_time if sampler is not None and reference is not None else 0.0
-        _time_msg(max(since, 0.0), r.time_from_start)
-        _time_msg(max(since, 0.0), e.time_from_start)
-        msg.output.effort = _doubles(out.effort)
-        self.state_pub.publish(msg)
+        """One ~/controller_state, into the one message kept for it."""
+        fill_controller_state(self._state_msg, t, controller, sampler, q, v, reference, out)
+        self.state_pub.publish(self._state_msg)

@@ -4,3 +4,7 @@ a ``<ros2_control>`` block in, joint states out).
 
 Run it with ``python -m rb_dynamics.ros.simulator_node`` or ``ros2 run rb_dynamics rb_simulator``.
 """
+
+from .node import NODE_NAME, SimulatorNode, main
+
+__all__ = ["NODE_NAME", "SimulatorNode", "main"]

@@ -4,7 +4,7 @@
 - ``~/commands`` (std_msgs/Float64MultiArray): one effort per joint of the simulator's
   ``joints``, in that order. A joint without an effort command interface takes NaN there (a
   finite value is refused with a warning naming it); NaN or inf on an effort joint, or a wrong
-  length, drops the whole message, as before the ``<ros2_control>`` support.
+  length, drops the whole message.
 - ``~/joint_commands`` (sensor_msgs/JointState): by name, each field (position, velocity,
   effort) honoured where the joint's command interfaces allow it, in both layouts a publisher
   uses (aligned with ``name``, or compact as joint_state_topic_hardware_interface writes it:
@@ -18,9 +18,8 @@ executor waits on: a command costs no executor pass, and a tick takes at most ``
 messages of each topic (the ``~/commands`` reader keeps only the newest), so the work per tick
 does not grow with the command rate. In lock-step every command is one step, so the
 subscriptions are the node's own, with callbacks that take at most ``POLL_LIMIT`` queued
-messages behind the first: a take costs ~7 µs here and several times that on a loaded machine,
-and a drain "until empty" (up to 1000) of a stream arriving as fast as it is taken was measured
-holding one callback for 62 ms.
+messages behind the first: a drain "until empty" of a stream arriving as fast as it is taken
+could hold one callback indefinitely.
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ from rb_dynamics.model import (
     CommandLayout,
     JointCommand,
 )
-from rb_dynamics.ros.runtime import Warnings, take_queued
+from rb_dynamics.ros.runtime import ThrottledLogger, take_queued
 from rb_dynamics.simulation import ServoSimulator
 
 __all__ = ["JOINT_COMMANDS_DEPTH", "POLL_LIMIT", "CommandInputs"]
@@ -51,7 +50,7 @@ class CommandInputs:
     """Both command topics of a simulator node; ``on_command`` set: lock-step callbacks."""
 
     def __init__(self, node: Node, layout: CommandLayout, joints: list[str],
-                 sim: ServoSimulator, warn: Warnings,
+                 sim: ServoSimulator, warn: ThrottledLogger,
                  on_command: Callable[[], None] | None = None) -> None:
         self.layout, self.joints, self.sim, self.warn = layout, list(joints), sim, warn
         self.on_command = on_command

@@ -3,16 +3,16 @@
 
 Subscribes ``~/commands`` (std_msgs/Float64MultiArray, efforts ordered by ``joints``) and
 ``~/joint_commands`` (sensor_msgs/JointState by name: position, velocity and effort, each where
-the joint's command interfaces allow it; see rb_dynamics/sim_commands.py); publishes
+the joint's command interfaces allow it; see commands.py); publishes
 ``joint_states`` (position, velocity, and the effort the drives apply). Services ``~/reset``
 (std_srvs/Trigger: back to the initial state), ``~/set_state`` (rb_dynamics_interfaces/SetState:
 a given state) and ``~/pause`` (std_srvs/SetBool).
 
 Commands: the URDF's ``<ros2_control>`` blocks say which joint takes which command
-(rb_dynamics/ros2_control.py); without a block every joint takes efforts, as a torque-controlled
-arm. Position and velocity commands go through a PD servo per joint, efforts clamped to the
-URDF limits, as a real drive would (rb_dynamics/servo.py: gains from ``servo_bandwidth`` and
-``servo_damping_ratio``, checked for stability at the time step). With
+(model/ros2_control.py); without a block every joint takes efforts, as a
+torque-controlled arm. Position and velocity commands go through a PD servo per joint, efforts
+clamped to the URDF limits, as a real drive would (simulation/joint_drives.py: gains from
+``servo_bandwidth`` and ``servo_damping_ratio``, checked for stability at the time step). With
 ``-r ~/joint_commands:=/robot_joint_commands -r joint_states:=/robot_joint_states`` this is the
 simulator behind ros2_control's joint_state_topic_hardware_interface
 (docs/ros2_control_simulator.md).
@@ -21,12 +21,14 @@ Time: the wall clock (times ``real_time_factor``); one step per command (``locks
 ``use_sim_time``, an external ``/clock``: every clock message advances the model to that
 instant. Optionally publishes ``/clock`` so other nodes can run on sim time. Constraints
 declared as ``loop_constraints.*`` parameters (loop closures, fixed points, welds, joint
-couplings: rb_dynamics/constraint_params.py) are honoured at every step. The robot: the
+couplings: ros/constraint_parameters.py) are honoured at every step. The robot: the
 ``robot_description`` parameter, else ``urdf_path``, else the bundled arm (see
-rb_dynamics/model_source.py). Run-time parameters: ``real_time_factor``, ``command_timeout``;
+ros/model_source.py); what is built from the parameters at start is in setup.py. Run-time
+parameters: ``real_time_factor``, ``command_timeout``;
 the others are read-only; every one is in ``config/simulator.yaml``.
 ``~/set_payload`` (rb_dynamics_interfaces/SetPayload) puts a payload on the simulated robot
-(the state kept); ``effort_noise`` adds a torque sensor's noise to the published efforts.
+(the state kept, see payload.py); ``effort_noise`` adds a torque sensor's noise to the
+published efforts.
 """
 
 from __future__ import annotations
@@ -47,33 +49,19 @@ from sensor_msgs.msg import JointState
 from std_srvs.srv import SetBool, Trigger
 
 from rb_dynamics.dynamics import LiveDynamics
-from rb_dynamics.model import (
-    POSITION,
-    VELOCITY,
-    CommandLayout,
-    Model,
-    command_layout,
-    load_model,
-    read_ros2_control,
-)
+from rb_dynamics.model import POSITION, VELOCITY, finite_array
 from rb_dynamics.ros import parameters as ros_params
 from rb_dynamics.ros.constraint_parameters import ConstraintParameters
-from rb_dynamics.ros.control_node.payload_services import SimulatorPayload
+from rb_dynamics.ros.conversions import ConversionError, JointLayout, from_seconds, to_seconds
 from rb_dynamics.ros.model_source import MODEL_SOURCE_PARAMETERS, ModelSource
 from rb_dynamics.ros.parameters import ParameterSpec
-from rb_dynamics.ros.runtime import Warnings
-from rb_dynamics.simulation import (
-    DEFAULT_BANDWIDTH,
-    DEFAULT_DAMPING_RATIO,
-    INTEGRATORS,
-    JointDrives,
-    ServoSimulator,
-    make_drives,
-    servo_gains,
-)
+from rb_dynamics.ros.runtime import ThrottledLogger
+from rb_dynamics.simulation import DEFAULT_BANDWIDTH, DEFAULT_DAMPING_RATIO, INTEGRATORS
 from rb_dynamics_interfaces.srv import SetState
 
 from .commands import CommandInputs
+from .payload import SimulatorPayload
+from .simulated_robot import command_layout_of, joint_order, make_simulator, simulated_model
 
 # Lock-step: a state whose command never comes (lost, or answered while paused) is published
 # again after this long, rather than stalling the loop until lockstep_timeout
@@ -160,19 +148,18 @@ class SimulatorNode(Node):
         super().__init__(NODE_NAME, **kwargs)
         ros_params.declare(self, PARAMETERS)
         settings = ros_params.read(self, PARAMETERS)
-        self.warn = Warnings(self.get_logger())
+        self.warn = ThrottledLogger(self.get_logger())
         source = self._description()
-        self.model = self._load_model(source, settings)
+        self.model = simulated_model(source, settings)
         self.constraints = ConstraintParameters(self).build(self.model)
-        self.joints = self._joint_order(settings["joints"])
-        self.v_index = np.array([self.model.joint_v_index[self.model.joint_index(n)]
-                                 for n in self.joints], dtype=int)
-        self.q_index = np.array([self.model.joint_q_index[self.model.joint_index(n)]
-                                 for n in self.joints], dtype=int)
-        self.layout = self._command_layout(source, settings)
+        self.joints = joint_order(self.model, settings["joints"])
+        # where the joints' values sit in the model's q and v (joint_states, ~/set_state)
+        self.joint_layout = JointLayout(self.model, self.joints, "joints", every_joint=False)
+        self.layout = command_layout_of(self.model, source, settings)
         self.dynamics = LiveDynamics(self.model, on_switch=self._on_kernels)
         self.problem = self.model.forward_dynamics_problem()
-        self.sim = self._make_simulator(settings)
+        self.sim = make_simulator(self.model, self.layout, self.dynamics, self.joint_layout,
+                                  self.constraints, settings)
         self.rtf = settings["real_time_factor"]
         self.effort_noise, self.rng = settings["effort_noise"], np.random.default_rng()
         self.paused = bool(settings["start_paused"]) or self.problem is not None
@@ -250,81 +237,11 @@ class SimulatorNode(Node):
                                + (" kernels" if kind in ("c", "python") else ""))
 
     def _description(self) -> str:
-        """The URDF (XML or a path) in the documented order (rb_dynamics/model_source.py)."""
+        """The URDF (XML or a path) in the documented order (ros/model_source.py)."""
         found: list[str] = []
         ModelSource(self, lambda source, origin: found.append(source), follow_topic=False,
                     use_bundled=True)
         return found[0]
-
-    def _load_model(self, source: str, settings: dict[str, Any]) -> Model:
-        model = load_model(source, gravity=settings["gravity"])
-        for name in ("damping", "friction"):
-            values = settings[name]
-            if values:
-                if len(values) != model.nv or not all(v >= 0 for v in values):
-                    raise ValueError(f"{name} must have {model.nv} non-negative values")
-                getattr(model, name)[:] = values
-        if not settings["position_limits"]:
-            model.position_lower[:] = -np.inf
-            model.position_upper[:] = np.inf
-        return model
-
-    def _joint_order(self, joints: list[str]) -> list[str]:
-        joints = joints or self.model.actuated_joint_names
-        unknown = [n for n in joints if n not in self.model.actuated_joint_names]
-        if unknown or len(set(joints)) != len(joints):
-            raise ValueError(f"joints {unknown or joints} are not actuated joints of the model, "
-                             f"once each ({self.model.actuated_joint_names})")
-        return list(joints)
-
-    def _command_layout(self, source: str, settings: dict[str, Any]) -> CommandLayout:
-        """Which joint takes which command: the URDF's <ros2_control> blocks, if read."""
-        systems = read_ros2_control(source) if settings["read_ros2_control"] else []
-        return command_layout(self.model, systems, settings["uncovered_joints"])
-
-    def _initial_state(self, values: list[float]) -> tuple[np.ndarray, np.ndarray]:
-        """The blocks' state ``initial_value``s, then ``initial_positions`` (which wins)."""
-        q0, v0 = self.layout.initial_state_of(self.model, self.model.neutral_configuration(),
-                                              np.zeros(self.model.nv))
-        if values:
-            if len(values) != len(self.joints):
-                raise ValueError(f"initial_positions must have {len(self.joints)} values "
-                                 f"(one per joint in {self.joints})")
-            q0[self.q_index] = values
-        return q0, v0
-
-    def _make_simulator(self, settings: dict[str, Any]) -> ServoSimulator:
-        q0, v0 = self._initial_state(settings["initial_positions"])
-        options = dict(bandwidth=settings["servo_bandwidth"],
-                       damping_ratio=settings["servo_damping_ratio"],
-                       overrides=self._gain_overrides(settings))
-        if self.problem is None:
-            drives = make_drives(
-                self.model, self.layout, q0, dt=settings["time_step"],
-                integrator=settings["integrator"], command_timeout=settings["command_timeout"],
-                gravity_feedforward=settings["servo_gravity_feedforward"],
-                dynamics=self.dynamics, **options)
-        else:  # it never steps: no stability to check (M may be singular)
-            gains = servo_gains(self.model, q0, self.layout.joints, **options,
-                                mass_matrix=self.dynamics.crba(q0))
-            drives = JointDrives(self.model, self.layout, gains,
-                                 command_timeout=settings["command_timeout"])
-        return ServoSimulator(self.dynamics, drives, dt=settings["time_step"],
-                              integrator=settings["integrator"], q0=q0, v0=v0,
-                              constraints=self.constraints or None)
-
-    def _gain_overrides(self, settings: dict[str, Any]) -> dict[str, tuple[float, float]]:
-        """{joint: (kp, kd)} from servo_gain_joints, servo_kp, servo_kd."""
-        names, kp, kd = (settings[k] for k in ("servo_gain_joints", "servo_kp", "servo_kd"))
-        if not len(names) == len(kp) == len(kd):
-            raise ValueError(f"servo_kp and servo_kd must have one value per servo_gain_joints "
-                             f"({len(names)}), got {len(kp)} and {len(kd)}")
-        bad = [n for n, p, d in zip(names, kp, kd)
-               if n not in self.layout.joints or not (0 <= p < math.inf and 0 <= d < math.inf)]
-        if bad or len(set(names)) != len(names):
-            raise ValueError(f"servo_gain_joints {bad or names}: each a movable joint once "
-                             f"({self.layout.joints}), with finite gains ≥ 0")
-        return {n: (p, d) for n, p, d in zip(names, kp, kd)}
 
     def _on_set_parameters(self, parameters: list[Parameter]) -> SetParametersResult:
         """The run-time parameters (real_time_factor, command_timeout), validated first;
@@ -335,9 +252,8 @@ class SimulatorNode(Node):
         except ValueError as exc:
             return SetParametersResult(successful=False, reason=str(exc))
         self.rtf = changes.get("real_time_factor", self.rtf)
-        if "command_timeout" in changes:
+        if "command_timeout" in changes:  # the drives time commands out (ServoSimulator)
             self.sim.drives.command_timeout = changes["command_timeout"]
-            self.sim.command_timeout = changes["command_timeout"]
         return SetParametersResult(successful=True)
 
     # ------------------------------------------------------------------ callbacks
@@ -358,23 +274,23 @@ class SimulatorNode(Node):
 
     def _on_set_state(self, request, response):
         """Jump to a given state (joints by name; unnamed ones keep their position)."""
-        names, positions = list(request.joint_names), np.asarray(request.positions, float)
-        velocities = np.asarray(request.velocities, float) if len(request.velocities) else \
-            np.zeros(len(names))
-        problem = None
-        if len(set(names)) != len(names) or any(n not in self.joints for n in names):
-            problem = f"joint_names: unknown or repeated joints; known: {self.joints}"
-        elif positions.shape != (len(names),) or velocities.shape != (len(names),):
-            problem = "positions/velocities: one value per joint name"
-        elif not (np.all(np.isfinite(positions)) and np.all(np.isfinite(velocities))):
-            problem = "positions/velocities: NaN or inf"
-        if problem:
-            response.success, response.message = False, problem
-            return response
+        names = list(request.joint_names)
         q, v = self.sim.q.copy(), np.zeros(self.model.nv)
-        for name, position, velocity in zip(names, positions, velocities):
-            index = self.joints.index(name)
-            q[self.q_index[index]], v[self.v_index[index]] = position, velocity
+        try:
+            others = [n for n in names if n not in self.joints]
+            if others:
+                raise ConversionError(f"joint_names: {others} are not joints of the simulator "
+                                      f"{self.joints}")
+            shape = (len(names),)
+            positions = finite_array(request.positions, "positions", shape, ConversionError)
+            velocities = finite_array(request.velocities if len(request.velocities) else
+                                      np.zeros(shape), "velocities", shape, ConversionError)
+            if names:
+                layout = JointLayout(self.model, names, every_joint=False)
+                q[layout.q_index], v[layout.v_index] = positions, velocities
+        except ConversionError as exc:
+            response.success, response.message = False, str(exc)
+            return response
         time_now = self.sim.time
         self.sim.reset(q, v)  # the drives drop their commands: position joints hold q
         self.sim.time = time_now  # time goes on: /clock never runs backwards
@@ -418,7 +334,7 @@ class SimulatorNode(Node):
 
     def _on_clock(self, msg: Clock) -> None:
         """use_sim_time: simulate up to the clock's instant, then publish (at publish_rate)."""
-        now = msg.clock.sec + msg.clock.nanosec * 1e-9
+        now = to_seconds(msg.clock)
         self.inputs.take()
         if self.last_clock is not None and not (0.0 <= now - self.last_clock <= 1.0):
             self.warn(f"/clock jumped by {now - self.last_clock:+.3f} s: following it without "
@@ -456,9 +372,7 @@ class SimulatorNode(Node):
         return steps
 
     def _sim_time(self) -> Time:
-        seconds = self.sim.time + self.clock_offset
-        nanoseconds = round(seconds * 1e9)
-        return Time(sec=nanoseconds // 1_000_000_000, nanosec=nanoseconds % 1_000_000_000)
+        return from_seconds(self.sim.time + self.clock_offset, Time())
 
     def _publish(self) -> None:
         msg = JointState()
@@ -470,9 +384,9 @@ class SimulatorNode(Node):
         else:
             msg.header.stamp = self.get_clock().now().to_msg()
         msg.name = self.joints
-        msg.position = self.sim.q[self.q_index].tolist()
-        msg.velocity = self.sim.v[self.v_index].tolist()
-        effort = self.sim.applied_effort[self.v_index]
+        msg.position = self.sim.q[self.joint_layout.q_index].tolist()
+        msg.velocity = self.sim.v[self.joint_layout.v_index].tolist()
+        effort = self.sim.applied_effort[self.joint_layout.v_index]
         if self.effort_noise > 0.0:
             effort = effort + self.rng.normal(0.0, self.effort_noise, effort.shape)
         msg.effort = effort.tolist()

@@ -1,0 +1,132 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The control node's robot: a description loaded, its dynamics and controller built off the
+executor thread, and all of it swapped in whole.
+
+Parsing a big URDF never stalls the services, and the control loop goes on with the old model
+until the new one is installed. A description that cannot be used leaves the old model in
+place and is said (``refused``); one refused for its gains (a ``ControllerError``) is tried
+again when ``kp``, ``kd`` or ``mode`` change (``retry``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from rclpy.node import Node
+
+from rb_dynamics.control import ControllerError, JointController
+from rb_dynamics.dynamics import ConstraintSet, LiveDynamics
+from rb_dynamics.model import Model, load_model
+from rb_dynamics.ros.constraint_parameters import ConstraintParameters
+from rb_dynamics.ros.model_source import ModelSource
+from rb_dynamics.ros.runtime import LatestOnlyWorker
+
+from .control_loop import ControlLoop
+
+__all__ = ["BuildController", "Installed", "ModelLoader"]
+
+# (model, its dynamics, parameter values being set right now) → the controller, or None when
+# there is nothing to command; raises to refuse the description
+BuildController = Callable[[Model, LiveDynamics, dict[str, Any]], "JointController | None"]
+# told after a model and its controller are swapped in, on the loader's thread
+Installed = Callable[[Model, "JointController | None"], None]
+
+
+class ModelLoader:
+    """Owns the node's ``model``, ``dynamics`` and where they came from (``origin``).
+
+    ``follow_sources`` takes the description from the documented sources (at once, then each
+    new one off the executor thread); ``constraints_for`` builds the declared constraints once
+    per model.
+    """
+
+    def __init__(self, node: Node, loop: ControlLoop, build_controller: BuildController,
+                 installed: Installed) -> None:
+        self.node, self.loop = node, loop
+        self.build_controller, self.installed = build_controller, installed
+        self.model: Model | None = None
+        self.dynamics: LiveDynamics | None = None
+        self.origin = ""  # where the model came from ("": none yet)
+        self.refused = ""  # why the last description was refused, until one is taken
+        self._retry: tuple[str, str] | None = None  # refused for its gains: tried again
+        self.constraint_parameters = ConstraintParameters(node)
+        self._constraints: tuple[Model, ConstraintSet | ValueError] | None = None
+        self._worker = LatestOnlyWorker(self._install, "model loader")
+        self._in_background = False
+
+    def follow_sources(self) -> None:
+        """Load the description the node is given now (on this thread), then follow the
+        /robot_description topic (each new one on the loader's thread)."""
+        ModelSource(self.node, self._load, follow_topic=True, use_bundled=False)
+        self._in_background = True
+
+    def stop(self) -> None:
+        self._worker.stop()
+
+    def retry(self, changes: dict[str, Any]) -> None:
+        """Build again a description refused for its gains, with ``changes`` (parameter values
+        being set); nothing when none was."""
+        if self._retry is not None:
+            self._worker.submit(*self._retry, changes)
+
+    def constraints_for(self, model: Model) -> ConstraintSet:
+        """The declared constraints on ``model``, built once per model (ValueError: misfit)."""
+        if self._constraints is None or self._constraints[0] is not model:
+            try:
+                built: ConstraintSet | ValueError = self.constraint_parameters.build(model)
+            except ValueError as exc:
+                built = exc
+            self._constraints = (model, built)
+        built = self._constraints[1]
+        if isinstance(built, ValueError):
+            raise ValueError(f"the declared constraints do not fit {model.name!r}: {built}")
+        return built
+
+    def _load(self, source: str, origin: str) -> None:
+        if self._in_background:
+            self._worker.submit(source, origin, {})
+        else:
+            self._install(source, origin, {})
+
+    def _install(self, source: str, origin: str, changes: dict[str, Any]) -> None:
+        """Load and swap in a new model; on any error keep the old one and say why."""
+        node = self.node
+        try:
+            model = load_model(source, floating_base=node.get_parameter("floating_base").value,
+                               gravity=node.get_parameter("gravity").value)
+            dynamics = LiveDynamics(model, node.get_parameter("dynamics_kernels").value,
+                                    on_switch=self._on_kernels)
+            controller = self.build_controller(model, dynamics, changes)
+        except Exception as exc:  # noqa: BLE001 - a description must never end the node
+            kept = f"; keeping {self.model.name!r}" if self.model is not None else ""
+            self.refused = f"description from {origin} refused: {exc}"
+            node.get_logger().error(f"cannot use the description from {origin}: {exc}{kept}")
+            self._retry = (source, origin) if isinstance(exc, ControllerError) else None
+            return
+        with self.loop.lock:
+            self.model, self.dynamics, self.origin = model, dynamics, origin
+            self.loop.install(controller)
+        self.refused, self._retry = "", None
+        self.installed(model, controller)
+        self._report(model, controller, origin)
+
+    def _report(self, model: Model, controller: JointController | None, origin: str) -> None:
+        log = self.node.get_logger()
+        for warning in model.warnings:
+            log.warning(warning)
+        try:
+            self.constraints_for(model)
+        except ValueError as exc:  # the control law does not use them; the services say so
+            log.error(f"{exc}; ~/forward_dynamics and ~/simulate will refuse")
+        headline = f"{model.summary().splitlines()[0]} from {origin}"
+        if controller is None:
+            why = ("floating base" if self.node.get_parameter("floating_base").value
+                   else "no actuated joints")
+            log.info(f"{headline}; {why}: serving the dynamics services, publishing no efforts")
+            return
+        log.info(f"{headline}; mode {controller.mode}; efforts for {controller.joints} on "
+                 f"{self.node.resolve_topic_name('~/effort_commands')}")
+
+    def _on_kernels(self, kind: str) -> None:
+        self.node.get_logger().info(f"dynamics kernels: {kind}")

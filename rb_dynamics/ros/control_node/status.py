@@ -1,0 +1,73 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The control node's status on /diagnostics, once a second (what it says: ros/diagnostics.py).
+
+OK while the node answers fresh states or serves only its dynamics services (floating base, no
+actuated joints) or is not active; WARN while it waits for a description; WARN or ERROR from
+the controller's period (late, missing or stale states: ``diagnostics.controller_level``). The
+move into ERROR is also logged, once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from rclpy.node import Node
+
+from rb_dynamics.ros.diagnostics import controller_level, period_values, status
+
+from .control_loop import ControlLoop
+from .model_loader import ModelLoader
+
+__all__ = ["ControlStatus"]
+
+
+class ControlStatus:
+    """Publishes one DiagnosticStatus for ``node`` each second.
+
+    ``lifecycle_state`` returns the node's state; ``extra_values`` more key/values (the
+    payload's).
+    """
+
+    def __init__(self, node: Node, loop: ControlLoop, loader: ModelLoader,
+                 lifecycle_state: Callable[[], str],
+                 extra_values: Callable[[], dict[str, str]]) -> None:
+        self.node, self.loop, self.loader = node, loop, loader
+        self.lifecycle_state, self.extra_values = lifecycle_state, extra_values
+        self._error_reported = False
+        self.publisher = node.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        node.create_timer(1.0, self.publish)
+
+    def publish(self) -> None:
+        stats, ages, totals = self.loop.take_period()
+        model, dynamics = self.loader.model, self.loader.dynamics
+        values = {"model source": self.loader.origin or "none",
+                  "dynamics kernels": dynamics.kind if dynamics else "none",
+                  **self.extra_values()}
+        controller = self.loop.controller
+        state = self.lifecycle_state()
+        if model is None:
+            level = DiagnosticStatus.WARN
+            message = self.loader.refused or "waiting for a robot description"
+        elif controller is None:
+            values["model"] = model.name
+            level = DiagnosticStatus.OK
+            message = "dynamics services only, no efforts published (" + (
+                "floating base)" if self.node.get_parameter("floating_base").value
+                else "no actuated joints)")
+        else:
+            age = controller.state_age(self.loop.now())
+            values.update({"model": model.name, "mode": controller.mode,
+                           "lifecycle state": state,
+                           **period_values(stats, totals, ages, age)})
+            level, message = controller_level(stats, age, controller.max_state_age)
+            if state != "active":
+                level, message = DiagnosticStatus.OK, f"{state}: publishing no efforts"
+            if level == DiagnosticStatus.ERROR and not self._error_reported:
+                self.node.get_logger().error(message)
+            self._error_reported = level == DiagnosticStatus.ERROR
+        if self.loader.refused and model is not None:
+            values["last description refused"] = self.loader.refused
+        array = DiagnosticArray(status=[status(self.node.get_name(), level, message, values)])
+        array.header.stamp = self.node.get_clock().now().to_msg()
+        self.publisher.publish(array)
