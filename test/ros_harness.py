@@ -65,8 +65,8 @@ _open: list[Session] = []  # sessions not closed yet, oldest first
 
 
 def own_name(module: str) -> str:
-    """The name a node module of this package gives its node (its ``NODE_NAME``)."""
-    return importlib.import_module(module).NODE_NAME
+    """The name a node package of this package gives its node (its ``node.NODE_NAME``)."""
+    return importlib.import_module(f"{module}.node").NODE_NAME
 
 
 def fresh_name(base: str) -> str:

@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """``python -m rb_dynamics.ros.control_node``: the control node."""
 
+import sys
+
 from .node import main
 
-main()
+sys.exit(main())

@@ -6,7 +6,8 @@ clamping), ``LiveDynamics`` (the one dynamics object the controller, the service
 ``~/simulate`` share), ``DynamicsServices``. Its parts: ``ControlLoop`` (joint_states in,
 efforts out, on its own thread), ``ModelSource`` (where the robot comes from: the
 ``robot_description`` parameter, the ``/robot_description`` topic, ``urdf_path``),
-``diagnostics`` (what /diagnostics says), ``ros_params`` (the parameter table below).
+``diagnostics`` (what /diagnostics says), ``ros_params`` (the parameters, declared from
+``parameters.yaml`` beside this module: the node's schema).
 
 Topics
     joint_states (sub, sensor_msgs/JointState)      mapped by name, any order, extras ignored
@@ -27,8 +28,9 @@ the services and the joint-state bookkeeping work in every state.
 
 A description is loaded (and its controller built) off the executor thread: parsing a big
 URDF never stalls the services, and the control loop goes on with the old model until the new
-one is swapped in whole. Every parameter is listed, with its default, in
-``config/rb_dynamics.yaml``.
+one is swapped in whole. Every parameter is described in ``parameters.yaml`` beside this
+module, and listed with its default in ``config/rb_dynamics.yaml`` and docs/parameters.md
+(both generated from it).
 """
 
 from __future__ import annotations
@@ -46,7 +48,6 @@ from rclpy.serialization import deserialize_message
 from trajectory_msgs.msg import JointTrajectory
 
 from rb_dynamics.control.controller import (
-    CONTROL_MODES,
     MAX_TRAJECTORY_POINTS,
     ControllerError,
     JointController,
@@ -55,60 +56,23 @@ from rb_dynamics.control.controller import (
 from rb_dynamics.dynamics import ConstraintSet, LiveDynamics
 from rb_dynamics.model import Model, load_model
 from rb_dynamics.ros import parameters as ros_params
-from rb_dynamics.ros.constraint_parameters import ConstraintParameters
+from rb_dynamics.ros.constraint_parameters import PREFIX, ConstraintParameters
 from rb_dynamics.ros.conversions import ConversionError, seconds, trajectory_points
 from rb_dynamics.ros.diagnostics import controller_level, period_values, status
-from rb_dynamics.ros.model_source import MODEL_SOURCE_PARAMETERS, LatestOnly, ModelSource
-from rb_dynamics.ros.parameters import ParameterSpec, qos_with_overrides
+from rb_dynamics.ros.model_source import LatestOnly, ModelSource
+from rb_dynamics.ros.parameters import qos_with_overrides
 from rb_dynamics.ros.runtime import Warnings
 
 from .control_loop import ControlLoop
 from .dynamics_services import DynamicsServices
-from .payload_services import PayloadServices
-from .trajectory_action import TrajectoryAction
+from .payload_services import PAYLOAD_PARAMETERS, PayloadServices
+from .trajectory_action import TRAJECTORY_PARAMETERS, TrajectoryAction
 
-NODE_NAME = "rb_dynamics"
-KERNEL_CHOICES = ("auto", "reference")
-
-PARAMETERS: dict[str, ParameterSpec] = {
-    **MODEL_SOURCE_PARAMETERS,
-    "floating_base": ParameterSpec(
-        "bool", False, "the URDF root is a free-flyer (legged robots, humanoids): the services "
-        "take base coordinates by the root joint's name; no effort commands (joint_states "
-        "carry no base pose)", read_only=True),
-    "joints": ParameterSpec(
-        "string[]", [], "joints of ~/effort_commands, in order ([] = the URDF's actuated joints)",
-        read_only=True),
-    "joint_states_qos": ParameterSpec(
-        "string", "reliable", "deprecated: set qos_overrides./joint_states.subscription."
-        "reliability instead (best_effort here still selects sensor-data QoS)", read_only=True,
-        choices=("reliable", "best_effort")),
-    "autostart": ParameterSpec(
-        "bool", True, "configure and activate at start (lifecycle); false: wait unconfigured "
-        "for `ros2 lifecycle set`", read_only=True),
-    "dynamics_kernels": ParameterSpec(
-        "string", "auto", "auto: generated kernels once built (the reference meanwhile); "
-        "reference: the readable algorithms only", read_only=True, choices=KERNEL_CHOICES),
-    "gravity": ParameterSpec(
-        "double[]", [0.0, 0.0, -9.81], "m/s², in the root frame (a wall- or ceiling-mounted "
-        "arm: tilt it)", read_only=True),
-    "mode": ParameterSpec("string", "gravity_compensation", "control law",
-                          choices=CONTROL_MODES),
-    "kp": ParameterSpec("double[]", [100.0], "position gains (1/s²), one per joint or one "
-                        "for all"),
-    "kd": ParameterSpec("double[]", [20.0], "velocity gains (1/s), one per joint or one for all"),
-    "friction_compensation": ParameterSpec(
-        "bool", False, "add the URDF <dynamics> damping·q̇ + friction·tanh(q̇/ε)"),
-    "effort_scale": ParameterSpec(
-        "double", 1.0, "commands are clamped to effort_scale × the URDF effort limit",
-        low=0.0, high=1.0),
-    "state_timeout": ParameterSpec(
-        "double", 0.1, "seconds after which a joint state is stale: publishing stops",
-        low=0.001, high=10.0),
-    "max_publish_rate": ParameterSpec(
-        "double", 0.0, "0: publish on every joint state; > 0: at most this many commands per "
-        "second", low=0.0, high=100000.0),
-}
+SCHEMA = ros_params.node_schema("control_node")  # every parameter: parameters.yaml
+NODE_NAME = SCHEMA.node_name
+# the parameters this class declares; its parts declare the rest of the schema's
+PARAMETERS = SCHEMA.select(exclude=(*TRAJECTORY_PARAMETERS, *PAYLOAD_PARAMETERS,
+                                    f"{PREFIX}.*"))
 
 
 class DynamicsNode(LifecycleNode):
@@ -142,7 +106,7 @@ class DynamicsNode(LifecycleNode):
         # taken as bytes: an oversized message is refused before rclpy turns it into objects
         self.create_subscription(JointTrajectory, "~/trajectory", self._on_trajectory_bytes, 10,
                                  raw=True)
-        self.loop_constraints = ConstraintParameters(self)
+        self.loop_constraints = ConstraintParameters(self, SCHEMA)
         self._constraints: tuple[Model, ConstraintSet | ValueError] | None = None
         self.payload = PayloadServices(self, self.loop, lambda: self.dynamics)
         self.dynamics_services = DynamicsServices(self, self.payload.dynamics,

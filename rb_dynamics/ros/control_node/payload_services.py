@@ -54,10 +54,9 @@ from rb_dynamics.dynamics import (
     identify_payload,
     identify_payload_inertia,
 )
-from rb_dynamics.model.urdf import MAX_MAGNITUDE, Model
+from rb_dynamics.model.urdf import Model
 from rb_dynamics.ros import parameters as ros_params
 from rb_dynamics.ros.conversions import ConversionError, trajectory_points
-from rb_dynamics.ros.parameters import ParameterSpec
 from rb_dynamics_interfaces.msg import LimitViolation
 from rb_dynamics_interfaces.msg import Payload as PayloadMsg
 from rb_dynamics_interfaces.srv import IdentifyPayload, SetPayload, TrajectoryEfforts
@@ -78,23 +77,8 @@ MAX_REST_GAP = 0.5  # s without a resting sample: the arm moved (or the stream s
 DEFAULT_MIN_REST = 0.5  # s a pose must be held to count (its first half is dropped as settling)
 END_MARGIN = 0.2  # s dropped at the end of a pose: the next move is starting
 
-PAYLOAD_PARAMETERS: dict[str, ParameterSpec] = {
-    "payload.link": ParameterSpec(
-        "string", "", "link carrying the start-up payload, and the default link of the "
-        "payload services ('' = the end of the first chain: tool0, panda_hand_tcp)",
-        read_only=True),
-    "payload.mass": ParameterSpec("double", 0.0, "kg, start-up payload (0 = none)",
-                                  read_only=True, low=0.0, high=MAX_MAGNITUDE),
-    "payload.com": ParameterSpec("double[]", [0.0, 0.0, 0.0], "m, its centre of mass in the "
-                                 "link frame", read_only=True),
-    "payload.inertia": ParameterSpec(
-        "double[]", [], "kg·m², its rotational inertia about the centre of mass, link axes: "
-        "6 values (ixx ixy ixz iyy iyz izz, as in a URDF) or 9 (row-major); [] = a point mass",
-        read_only=True),
-    "payload.rest_velocity": ParameterSpec(
-        "double", 0.02, "rad/s or m/s: a joint state whose every |velocity| is below this is "
-        "recorded as resting, for ~/identify_payload", read_only=True, low=0.0, high=10.0),
-}
+# the start-up payload, described in the node's schema
+PAYLOAD_PARAMETERS = ros_params.node_schema("control_node").select("payload.*")
 
 
 # ----------------------------------------------------------------------------- conversions

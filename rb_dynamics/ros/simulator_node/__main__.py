@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """``python -m rb_dynamics.ros.simulator_node``: the simulator node."""
 
+import sys
+
 from .node import main
 
-main()
+sys.exit(main())
