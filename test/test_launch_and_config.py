@@ -37,7 +37,7 @@ from rb_dynamics.model import load_model
 from rb_dynamics.model.urdf import MAX_MAGNITUDE
 from rb_dynamics.ros import parameter_docs
 from rb_dynamics.ros.constraint_parameters import PREFIX
-from rb_dynamics.ros.parameters import ParameterSpec, Schema, node_schema
+from rb_dynamics.ros.parameters import ParameterSpec, Schema, SchemaError, node_schema
 from rb_dynamics.ros.simulator_node import node as sim_node
 from rb_dynamics.simulation import DEFAULT_BANDWIDTH, DEFAULT_DAMPING_RATIO, INTEGRATORS
 
@@ -253,6 +253,31 @@ def test_the_schemas_agree_with_the_code():
         assert schema.parameters[f"{PREFIX}.solver"].choices == tuple(SOLVERS)
     assert control.select(f"{PREFIX}.*") == sim.select(f"{PREFIX}.*")
     assert control.maps[PREFIX] == sim.maps[PREFIX]
+
+
+def test_a_schema_reads_its_maps_and_refuses_what_does_not_say_what_a_parameter_is(tmp_path):
+    def load(body: dict) -> Schema:
+        path = tmp_path / "parameters.yaml"
+        path.write_text(yaml.safe_dump({"node": body}, sort_keys=False))
+        return Schema.from_file(path)
+
+    number = {"type": "double", "default_value": 0.5, "description": "a number"}
+    names = {"type": "string_array", "default_value": [], "description": "the keys"}
+    schema = load({"keys": names, "block": {"x": number, "__map_keys": {"gain": number}}})
+    assert list(schema.parameters) == ["keys", "block.x"]
+    assert schema.maps["block"].specs("k") == {"block.k.gain": ParameterSpec(**{
+        "type": "double", "default": 0.5, "description": "a number"})}
+    assert schema.maps["block"].spec_of("block.k.gain") is not None
+    assert schema.maps["block"].spec_of("block.x") is None
+    for body, why in (
+            ({"p": {**number, "default_value": 1}}, "not written as a double"),  # rclpy: int
+            ({"p": {**number, "unit": "m"}}, "no other key"),
+            ({"p": {**number, "validation": {"bounds<>": [1.0, 2.0]}}}, r"must be in \[1, 2\]"),
+            ({"p": {**number, "validation": {"gt<>": [0.0]}}}, "not known"),
+            ({"p": {**number, "type": "float"}}, "needs type"),
+            ({"p": number, "b": {"__map_p": {"gain": number}}}, "not a string_array")):
+        with pytest.raises(SchemaError, match=why):
+            load(body)
 
 
 @pytest.mark.parametrize("node_name", list(NODES))

@@ -68,11 +68,11 @@ def _comment(text: str, indent: str) -> list[str]:
 
 
 def group_notes(package: str) -> dict[str, list[str]]:
-    """The comment lines in the schema file just above each top-level parameter or block."""
+    """The comment lines in the schema file just above each top-level parameter or block (its
+    lines indented by two spaces; the file's own heading, above the node's name, is not one)."""
     notes: dict[str, list[str]] = {}
     pending: list[str] = []
-    lines = schema_file(package).read_text(encoding="utf-8").splitlines()
-    for line in lines[lines.index(next(x for x in lines if not x.startswith("#"))) + 1:]:
+    for line in schema_file(package).read_text(encoding="utf-8").splitlines():
         if line.startswith("  # "):
             pending.append(line[4:])
         elif re.match(r"  [^ #]", line):

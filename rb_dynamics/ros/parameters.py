@@ -57,7 +57,7 @@ _TYPES = {
 # the keys of a parameter's block in a schema file
 _KEYS = {"type", "default_value", "description", "read_only", "validation", "declared_by",
          "commented_in_config"}
-MAP_KEY = "__map_"
+_MAP_KEY = "__map_"
 
 
 class SchemaError(ValueError):
@@ -91,6 +91,8 @@ class ParameterSpec:
         return ""
 
     def descriptor(self) -> ParameterDescriptor:
+        """What ``ros2 param describe`` shows; rclpy enforces its type, range and
+        read-only-ness (``check`` the rest)."""
         kind, _ = _TYPES[self.type]
         descriptor = ParameterDescriptor(description=self.description,
                                          additional_constraints=self.constraints_text(),
@@ -159,8 +161,8 @@ class Schema:
         parameters: dict[str, ParameterSpec] = {}
         maps: dict[str, ParameterMap] = {}
         for name, block in _leaves(body, ""):
-            if MAP_KEY in name:
-                prefix, _, rest = name.partition(f".{MAP_KEY}")
+            if _MAP_KEY in name:
+                prefix, _, rest = name.partition(f".{_MAP_KEY}")
                 keys_from, _, entry = rest.rpartition(".")
                 owner = maps.setdefault(prefix, ParameterMap(prefix, keys_from, {}))
                 if owner.keys_from != keys_from:
@@ -171,7 +173,7 @@ class Schema:
         for prefix, owner in maps.items():
             source = parameters.get(owner.keys_from)
             if source is None or source.type != "string_array":
-                raise SchemaError(f"{prefix}.{MAP_KEY}{owner.keys_from}: {owner.keys_from} is "
+                raise SchemaError(f"{prefix}.{_MAP_KEY}{owner.keys_from}: {owner.keys_from} is "
                                   "not a string_array parameter of this schema")
         return cls(node_name, parameters, maps)
 
