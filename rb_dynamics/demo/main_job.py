@@ -91,7 +91,7 @@ def initial_configuration(model: Model) -> np.ndarray:
 
 def _spawn(module: str, params: dict, extra: list[str], log_dir: Path) -> subprocess.Popen:
     path = log_dir / f"{module.rsplit('.', 1)[-1]}_params.yaml"
-    node_name = SIM if module.endswith("sim_node") else CONTROL
+    node_name = SIM if module.endswith("simulator_node") else CONTROL
     path.write_text(json.dumps({node_name: {"ros__parameters": params}}))
     log = open(log_dir / f"{node_name}.log", "w")  # noqa: SIM115 - the child's stdout
     return subprocess.Popen([sys.executable, "-m", module, "--ros-args", "--params-file",
