@@ -253,6 +253,11 @@ def test_the_schemas_agree_with_the_code():
         assert schema.parameters[f"{PREFIX}.solver"].choices == tuple(SOLVERS)
     assert control.select(f"{PREFIX}.*") == sim.select(f"{PREFIX}.*")
     assert control.maps[PREFIX] == sim.maps[PREFIX]
+    # the example of docs/parameters.md: each constraint with the keys of its type
+    example = yaml.safe_load(parameter_docs.CONSTRAINTS_EXAMPLE)[PREFIX]
+    for name in example["names"]:
+        block = example[name]
+        assert block.keys() - {"type"} <= set(sum(CONSTRAINT_TYPES[block["type"]], ())), name
 
 
 def test_a_schema_reads_its_maps_and_refuses_what_does_not_say_what_a_parameter_is(tmp_path):

@@ -28,7 +28,8 @@ from rb_dynamics.dynamics import CONSTRAINT_TYPES
 from .constraint_parameters import PREFIX as LOOP_CONSTRAINTS
 from .parameters import ParameterMap, ParameterSpec, Schema, node_schema, schema_file
 
-__all__ = ["DOCS_PAGE", "NODES", "config_text", "docs_text", "documents", "main"]
+__all__ = ["CONSTRAINTS_EXAMPLE", "DOCS_PAGE", "NODES", "config_text", "docs_text", "documents",
+           "main"]
 
 ROOT = Path(__file__).resolve().parents[2]  # the source tree this module is in
 # the node packages: their parameter file, what the node is, its executable
@@ -190,18 +191,39 @@ def _node_section(package: str) -> list[str]:
     return lines + _rows(_tree(schema)) + [""]
 
 
+# a four-bar linkage closed at the rocker's ground pivot; a gear coupling an arm's two joints
+CONSTRAINTS_EXAMPLE = """\
+loop_constraints:
+  names: [loop, gear]
+  loop:
+    type: loop_point
+    link_a: rocker
+    point_a: [0.2, 0.0, 0.0]     # link coordinates, m
+    link_b: ground
+    point_b: [0.2, 0.0, 0.0]
+  gear:
+    type: joint_coupling         # q_follower = ratio q_leader + offset
+    follower: wrist_3_joint
+    leader: wrist_2_joint
+    ratio: 0.5
+"""
+
+
 def _constraint_types() -> list[str]:
     lines = [
         f"### `{LOOP_CONSTRAINTS}.<name>.*`: the keys of each type", "",
         f"Each name in `{LOOP_CONSTRAINTS}.names` has a block: its `type`, then the keys that type "
-        "takes (declared once the type is known; `\"\"` or `[]` = not given).", "",
+        "takes (declared once the type is known; `\"\"` or `[]` = not given). Numbers are "
+        "written as floats (`0.0`, not `0`).", "",
         "| type | required keys | optional keys |",
         "| --- | --- | --- |",
     ]
     for kind, (required, optional) in CONSTRAINT_TYPES.items():
         lines.append(f"| `{kind}` | {', '.join(required) or '–'} | "
                      f"{', '.join(optional) or '–'} |")
-    return lines + [""]
+    example = ("For example, in a node's `ros__parameters` (two robots' blocks: the loop "
+               "closes a four-bar linkage, the gear couples an arm's wrist joints):")
+    return lines + ["", example, "", "```yaml", *CONSTRAINTS_EXAMPLE.splitlines(), "```", ""]
 
 
 def docs_text() -> str:
