@@ -1,5 +1,5 @@
 # Everything runs from ./.venv, set up by scripts/setup_env.sh (idempotent: seconds when done).
-.PHONY: setup run test bench lint clean
+.PHONY: setup run test bench lint parameters clean
 
 # ROS 2 wheels from PyPI: jazzy (LTS, default) or kilted, each in its own venv
 ROS_WHEELS ?= jazzy
@@ -40,6 +40,11 @@ bench: setup
 
 lint: setup
 	$(VENV)/bin/ruff check .
+
+# config/*.yaml and docs/parameters.md from the nodes' parameter schemas
+# (rb_dynamics/ros/*/parameters.yaml), after a schema was edited
+parameters: setup
+	$(PY) -m rb_dynamics.ros.parameter_docs --write
 
 clean:
 	rm -rf build install log $(VENV)

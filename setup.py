@@ -38,8 +38,9 @@ setup(
     packages=find_packages(exclude=["test", "test.*"]),
     ext_modules=[ckernels],
     cmdclass={"build_ext": BuildExt},
-    # the bundled robot ships inside the Python package too, so `pip install` (even -e) finds it
-    package_data={package_name: ["urdf/*.urdf"]},
+    # the bundled robot ships inside the Python package too, so `pip install` (even -e) finds
+    # it; so do the nodes' parameter schemas, which the nodes declare their parameters from
+    package_data={package_name: ["urdf/*.urdf", "ros/*/parameters.yaml"]},
     data_files=[
         ("share/ament_index/resource_index/packages", [f"resource/{package_name}"]),
         (f"share/{package_name}", ["package.xml"]),

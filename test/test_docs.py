@@ -28,18 +28,6 @@ LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")  # [text](target), text may span
 INLINE_CODE = re.compile(r"`[^`\n]*`")
 ROS_MODULES = {"rclpy", "launch", "launch_ros", "ament_index_python"}
 ROS_SUFFIXES = ("_msgs", "_srvs", "_interfaces")
-# BEGIN until the dyn, params, rosnodes and ctl branches are merged; then delete this block
-# and the lines that name NOT_YET_MERGED:
-# files those branches add or remove, which docs/layout.md and the links already describe.
-NOT_YET_MERGED = {ROOT / "docs" / "parameters.md"} | {ROOT / "rb_dynamics" / m for m in (
-    "model/tree.py", "model/xml_reading.py", "model/ros2_control.py",
-    "model/hardware_interfaces.py", "control/law.py", "control/trajectory.py",
-    "control/joint_controller.py", "control/controller.py",
-    "identification/payload.py", "identification/resting.py", "ros/parameter_docs.py",
-    "ros/payload_messages.py", "ros/control_node/model_loader.py",
-    "ros/control_node/trajectory_topic.py", "ros/control_node/goal_tracking.py",
-    "ros/control_node/status.py", "ros/simulator_node/payload.py")}
-# END
 
 
 def _name(path: Path) -> str:
@@ -122,8 +110,6 @@ def test_every_relative_link_resolves(path):
             continue
         file_part, _, anchor = target.partition("#")
         destination = (path.parent / file_part).resolve() if file_part else path
-        if destination in NOT_YET_MERGED and not destination.exists():
-            continue
         if not destination.exists():
             broken.append(f"line {line}: {target} (no such file)")
         elif ROOT not in destination.parents and destination != ROOT:
@@ -170,10 +156,9 @@ def _is_module(path: str) -> bool:
 
 
 def test_the_layout_page_names_every_module_and_no_other():
-    pending = {_name(p) for p in NOT_YET_MERGED}
     listed = {e for e in _layout_entries() if e.startswith("rb_dynamics/") and _is_module(e)}
     modules = {_name(p) for p in (ROOT / "rb_dynamics").rglob("*") if _is_module(p.name)}
-    missing, stale = sorted(modules - listed - pending), sorted(listed - modules - pending)
+    missing, stale = sorted(modules - listed), sorted(listed - modules)
     assert not missing, f"docs/layout.md does not name {missing}: one line each, what it holds"
     assert not stale, f"docs/layout.md names {stale}, which do not exist"
 

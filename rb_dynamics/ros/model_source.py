@@ -11,7 +11,8 @@
 Each node takes the steps it can use: the control node 1–3 (with none it waits: driving a
 real arm with a made-up model is never right); the simulator and the demo's reference publisher
 1, 3 and 4 (they must have a robot at start, and a simulator that swapped robots under a
-running controller would surprise it).
+running controller would surprise it). Both parameters are in each node's schema
+(``parameters.yaml`` of its subpackage), which the node declares them from.
 """
 
 from __future__ import annotations
@@ -24,19 +25,9 @@ from std_msgs.msg import String
 
 from rb_dynamics import DEFAULT_URDF
 
-from .parameters import ParameterSpec
-
-__all__ = ["DESCRIPTION_TOPIC", "MODEL_SOURCE_PARAMETERS", "ModelSource"]
+__all__ = ["DESCRIPTION_TOPIC", "ModelSource"]
 
 DESCRIPTION_TOPIC = "/robot_description"
-MODEL_SOURCE_PARAMETERS = {
-    "robot_description": ParameterSpec(
-        "string", "", "URDF XML; wins over the /robot_description topic and urdf_path",
-        read_only=True),
-    "urdf_path": ParameterSpec(
-        "string", "", "URDF file used when no description is given as parameter or topic",
-        read_only=True),
-}
 Install = Callable[[str, str], None]
 
 

@@ -18,6 +18,7 @@ from rclpy.node import Node
 from rb_dynamics.control import ControllerError, JointController
 from rb_dynamics.dynamics import ConstraintSet, LiveDynamics
 from rb_dynamics.model import Model, load_model
+from rb_dynamics.ros import parameters as ros_params
 from rb_dynamics.ros.constraint_parameters import ConstraintParameters
 from rb_dynamics.ros.model_source import ModelSource
 from rb_dynamics.ros.runtime import LatestOnlyWorker
@@ -50,7 +51,8 @@ class ModelLoader:
         self.origin = ""  # where the model came from ("": none yet)
         self.refused = ""  # why the last description was refused, until one is taken
         self._retry: tuple[str, str] | None = None  # refused for its gains: tried again
-        self.constraint_parameters = ConstraintParameters(node)
+        self.constraint_parameters = ConstraintParameters(
+            node, ros_params.node_schema("control_node"))
         self._constraints: tuple[Model, ConstraintSet | ValueError] | None = None
         self._worker = LatestOnlyWorker(self._install, "model loader")
         self._in_background = False

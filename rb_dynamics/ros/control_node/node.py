@@ -14,7 +14,8 @@ run-time parameters:
 - ``TrajectoryAction`` (trajectory_action.py): ``~/follow_joint_trajectory``,
   ``~/controller_state``;
 - ``DynamicsServices`` (dynamics_services.py), ``PayloadServices`` (payload_services.py);
-- ``ControlStatus`` (status.py): /diagnostics.
+- ``ControlStatus`` (status.py): /diagnostics;
+- the parameters, declared from ``parameters.yaml`` beside this module (the node's schema).
 
 Topics
     joint_states (sub, sensor_msgs/JointState)      mapped by name, any order, extras ignored
@@ -30,8 +31,9 @@ answer for the robot with its payload). Action: ~/follow_joint_trajectory
 
 A managed (lifecycle) node: with ``autostart`` (the default) it configures and activates itself
 at start; only an active node publishes efforts and takes trajectories and goals. The model,
-the services and the joint-state bookkeeping work in every state. Every parameter is listed,
-with its default, in ``config/rb_dynamics.yaml``.
+the services and the joint-state bookkeeping work in every state. Every parameter is described in
+``parameters.yaml`` beside this module, and listed with its default in ``config/rb_dynamics.yaml``
+and docs/parameters.md (both generated from it).
 """
 
 from __future__ import annotations
@@ -46,67 +48,29 @@ from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 
 from rb_dynamics.control import (
-    CONTROL_MODES,
     JointController,
     check_gains,
 )
 from rb_dynamics.dynamics import LiveDynamics
 from rb_dynamics.model import Model
 from rb_dynamics.ros import parameters as ros_params
-from rb_dynamics.ros.model_source import MODEL_SOURCE_PARAMETERS
-from rb_dynamics.ros.parameters import ParameterSpec, qos_with_overrides
+from rb_dynamics.ros.constraint_parameters import PREFIX
+from rb_dynamics.ros.parameters import qos_with_overrides
 from rb_dynamics.ros.runtime import ThrottledLogger
 
 from .control_loop import ControlLoop
 from .dynamics_services import DynamicsServices
 from .model_loader import ModelLoader
-from .payload_services import PayloadServices
+from .payload_services import PAYLOAD_PARAMETERS, PayloadServices
 from .status import ControlStatus
-from .trajectory_action import TrajectoryAction
+from .trajectory_action import TRAJECTORY_PARAMETERS, TrajectoryAction
 from .trajectory_topic import TrajectoryTopic
 
-NODE_NAME = "rb_dynamics"
-KERNEL_CHOICES = ("auto", "reference")
-
-PARAMETERS: dict[str, ParameterSpec] = {
-    **MODEL_SOURCE_PARAMETERS,
-    "floating_base": ParameterSpec(
-        "bool", False, "the URDF root is a free-flyer (legged robots, humanoids): the services "
-        "take base coordinates by the root joint's name; no effort commands (joint_states "
-        "carry no base pose)", read_only=True),
-    "joints": ParameterSpec(
-        "string[]", [], "joints of ~/effort_commands, in order ([] = the URDF's actuated joints)",
-        read_only=True),
-    "joint_states_qos": ParameterSpec(
-        "string", "reliable", "deprecated: set qos_overrides./joint_states.subscription."
-        "reliability instead (best_effort here still selects sensor-data QoS)", read_only=True,
-        choices=("reliable", "best_effort")),
-    "autostart": ParameterSpec(
-        "bool", True, "configure and activate at start (lifecycle); false: wait unconfigured "
-        "for `ros2 lifecycle set`", read_only=True),
-    "dynamics_kernels": ParameterSpec(
-        "string", "auto", "auto: generated kernels once built (the reference meanwhile); "
-        "reference: the readable algorithms only", read_only=True, choices=KERNEL_CHOICES),
-    "gravity": ParameterSpec(
-        "double[]", [0.0, 0.0, -9.81], "m/s², in the root frame (a wall- or ceiling-mounted "
-        "arm: tilt it)", read_only=True),
-    "mode": ParameterSpec("string", "gravity_compensation", "control law",
-                          choices=CONTROL_MODES),
-    "kp": ParameterSpec("double[]", [100.0], "position gains (1/s²), one per joint or one "
-                        "for all"),
-    "kd": ParameterSpec("double[]", [20.0], "velocity gains (1/s), one per joint or one for all"),
-    "friction_compensation": ParameterSpec(
-        "bool", False, "add the URDF <dynamics> damping·q̇ + friction·tanh(q̇/ε)"),
-    "effort_scale": ParameterSpec(
-        "double", 1.0, "commands are clamped to effort_scale × the URDF effort limit",
-        low=0.0, high=1.0),
-    "state_timeout": ParameterSpec(
-        "double", 0.1, "seconds after which a joint state is stale: publishing stops",
-        low=0.001, high=10.0),
-    "max_publish_rate": ParameterSpec(
-        "double", 0.0, "0: publish on every joint state; > 0: at most this many commands per "
-        "second", low=0.0, high=100000.0),
-}
+SCHEMA = ros_params.node_schema("control_node")  # every parameter: parameters.yaml
+NODE_NAME = SCHEMA.node_name
+# the parameters this class declares; its parts declare the rest of the schema's
+PARAMETERS = SCHEMA.select(exclude=(*TRAJECTORY_PARAMETERS, *PAYLOAD_PARAMETERS,
+                                    f"{PREFIX}.*"))
 
 
 class ControlNode(LifecycleNode):

@@ -62,10 +62,9 @@ from rb_dynamics.identification import (
     identify_payload_inertia,
     rest_poses,
 )
-from rb_dynamics.model import MAX_MAGNITUDE, Model, finite_array
+from rb_dynamics.model import Model, finite_array
 from rb_dynamics.ros import parameters as ros_params
 from rb_dynamics.ros.conversions import ConversionError, JointLayout, trajectory_points
-from rb_dynamics.ros.parameters import ParameterSpec
 from rb_dynamics.ros.payload_messages import (
     describe,
     inertia_matrix,
@@ -82,23 +81,8 @@ __all__ = ["PAYLOAD_PARAMETERS", "PayloadServices"]
 
 DEFAULT_MIN_REST = 0.5  # s a pose must be held to count (its first half is dropped as settling)
 
-PAYLOAD_PARAMETERS: dict[str, ParameterSpec] = {
-    "payload.link": ParameterSpec(
-        "string", "", "link carrying the start-up payload, and the default link of the "
-        "payload services ('' = the end of the first chain: tool0, panda_hand_tcp)",
-        read_only=True),
-    "payload.mass": ParameterSpec("double", 0.0, "kg, start-up payload (0 = none)",
-                                  read_only=True, low=0.0, high=MAX_MAGNITUDE),
-    "payload.com": ParameterSpec("double[]", [0.0, 0.0, 0.0], "m, its centre of mass in the "
-                                 "link frame", read_only=True),
-    "payload.inertia": ParameterSpec(
-        "double[]", [], "kg·m², its rotational inertia about the centre of mass, link axes: "
-        "6 values (ixx ixy ixz iyy iyz izz, as in a URDF) or 9 (row-major); [] = a point mass",
-        read_only=True),
-    "payload.rest_velocity": ParameterSpec(
-        "double", 0.02, "rad/s or m/s: a joint state whose every |velocity| is below this is "
-        "recorded as resting, for ~/identify_payload", read_only=True, low=0.0, high=10.0),
-}
+# the start-up payload, described in the node's schema
+PAYLOAD_PARAMETERS = ros_params.node_schema("control_node").select("payload.*")
 
 
 class PayloadServices:

@@ -36,7 +36,6 @@ from rb_dynamics.ros.conversions import (
     to_seconds,
     trajectory_points,
 )
-from rb_dynamics.ros.parameters import ParameterSpec
 
 from .control_loop import ControlLoop
 from .controller_messages import fill_controller_state, fill_feedback
@@ -61,29 +60,17 @@ except ImportError as _exc:  # a machine without the ROS tools: the node runs wi
     MISSING = (f"control_msgs is not installed ({_exc}): no ~/follow_joint_trajectory action "
                "and no ~/controller_state (install ros-<distro>-control-msgs)")
 
-__all__ = ["MISSING", "PARAMETERS", "TrajectoryAction"]
+__all__ = ["JOINT_TOLERANCES", "MISSING", "TRAJECTORY_PARAMETERS", "TrajectoryAction"]
 
 STATE_BATCH = 10  # controller states per executor wake at the control rate
 MAX_PENDING_STATES = 1000  # older ones are dropped if the executor falls behind
 
-PARAMETERS: dict[str, ParameterSpec] = {
-    "constraints.goal_time": ParameterSpec(
-        "double", 0.0, "s after the last point's time within which the goal tolerances must be "
-        "met (0: wait as long as it takes), as JTC", low=0.0, high=1e9),
-    "constraints.stopped_velocity_tolerance": ParameterSpec(
-        "double", 0.01, "goal velocity tolerance of every joint (rad/s, m/s), as JTC",
-        low=0.0, high=1e9),
-    "allow_nonzero_velocity_at_trajectory_end": ParameterSpec(
-        "bool", False, "accept goals whose last point is not at rest, as JTC"),
-    "action_monitor_rate": ParameterSpec(
-        "double", 20.0, "Hz of ~/follow_joint_trajectory feedback, as JTC", read_only=True,
-        low=0.1, high=1000.0),
-    "state_publish_rate": ParameterSpec(
-        "double", 0.0, "Hz of ~/controller_state: 0 = one per command (the control rate); "
-        "> 0 = at most this many per second", low=0.0, high=100000.0),
-}
-JOINT_CONSTRAINTS = {"trajectory": "path position tolerance of {joint} (0: none), as JTC",
-                     "goal": "goal position tolerance of {joint} (0: none), as JTC"}
+# ros2_controllers' joint_trajectory_controller names, described in the node's schema
+SCHEMA = ros_params.node_schema("control_node")
+TRAJECTORY_PARAMETERS = SCHEMA.select(
+    "constraints.goal_time", "constraints.stopped_velocity_tolerance",
+    "allow_nonzero_velocity_at_trajectory_end", "action_monitor_rate", "state_publish_rate")
+JOINT_TOLERANCES = SCHEMA.maps["constraints"]  # constraints.<joint>.trajectory|goal
 
 
 class TrajectoryAction:
@@ -95,8 +82,8 @@ class TrajectoryAction:
                  has_model: Callable[[], bool]) -> None:
         self.node, self.loop, self.is_active, self.has_model = node, loop, is_active, has_model
         self.log = node.get_logger()
-        ros_params.declare(node, PARAMETERS)
-        self.settings = ros_params.read(node, PARAMETERS)
+        ros_params.declare(node, TRAJECTORY_PARAMETERS)
+        self.settings = ros_params.read(node, TRAJECTORY_PARAMETERS)
         self._goal: GoalTracker | None = None  # the goal being executed (under loop.lock)
         self._finished: list[GoalTracker] = []  # ended on the loop thread, not yet told
         # controller states due for publishing (references to the loop's arrays), told to the
@@ -149,29 +136,24 @@ class TrajectoryAction:
 
     def _declare_joint_constraints(self, joints: list[str]) -> None:
         for joint in joints:
-            for kind, text in JOINT_CONSTRAINTS.items():
-                name = f"constraints.{joint}.{kind}"
+            for name, spec in JOINT_TOLERANCES.specs(joint).items():
                 if self.node.has_parameter(name):
                     continue
-                spec = ParameterSpec("double", 0.0, text.format(joint=joint), low=0.0,
-                                     high=1e9)
                 try:
-                    self.node.declare_parameter(name, 0.0, spec.descriptor())
+                    self.node.declare_parameter(name, spec.default, spec.descriptor())
                 except Exception as exc:  # noqa: BLE001 - a bad value from a file
-                    self.log.error(f"{name}: {exc}; using 0 (not checked)")
-                    self.node.declare_parameter(name, 0.0, spec.descriptor(),
+                    self.log.error(f"{name}: {exc}; using {spec.default} (not checked)")
+                    self.node.declare_parameter(name, spec.default, spec.descriptor(),
                                                 ignore_override=True)
 
     def _on_set_parameters(self, parameters: list[Parameter]) -> SetParametersResult:
         try:
             for p in parameters:
-                if p.name in PARAMETERS:
-                    self.settings[p.name] = ros_params.check(p.name, PARAMETERS[p.name],
-                                                             p.value)
-                elif p.name.startswith("constraints.") and p.name.rsplit(".", 1)[-1] in \
-                        JOINT_CONSTRAINTS:
-                    ros_params.check(p.name, ParameterSpec("double", 0.0, "", low=0.0,
-                                                           high=1e9), p.value)
+                if p.name in TRAJECTORY_PARAMETERS:
+                    self.settings[p.name] = ros_params.check(
+                        p.name, TRAJECTORY_PARAMETERS[p.name], p.value)
+                elif (spec := JOINT_TOLERANCES.spec_of(p.name)) is not None:
+                    ros_params.check(p.name, spec, p.value)
         except ValueError as exc:
             return SetParametersResult(successful=False, reason=str(exc))
         return SetParametersResult(successful=True)

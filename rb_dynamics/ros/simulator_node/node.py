@@ -23,9 +23,10 @@ instant. Optionally publishes ``/clock`` so other nodes can run on sim time. Con
 declared as ``loop_constraints.*`` parameters (loop closures, fixed points, welds, joint
 couplings: ros/constraint_parameters.py) are honoured at every step. The robot: the
 ``robot_description`` parameter, else ``urdf_path``, else the bundled arm (see
-ros/model_source.py); what is built from the parameters at start is in setup.py. Run-time
-parameters: ``real_time_factor``, ``command_timeout``;
-the others are read-only; every one is in ``config/simulator.yaml``.
+ros/model_source.py); what is built from the parameters at start is in simulated_robot.py.
+Run-time parameters: ``real_time_factor``, ``command_timeout``; the others are read-only;
+every one is described in ``parameters.yaml`` beside this module (the node's schema) and
+listed in ``config/simulator.yaml`` and docs/parameters.md.
 ``~/set_payload`` (rb_dynamics_interfaces/SetPayload) puts a payload on the simulated robot
 (the state kept, see payload.py); ``effort_noise`` adds a torque sensor's noise to the
 published efforts.
@@ -51,12 +52,10 @@ from std_srvs.srv import SetBool, Trigger
 from rb_dynamics.dynamics import LiveDynamics
 from rb_dynamics.model import POSITION, VELOCITY, finite_array
 from rb_dynamics.ros import parameters as ros_params
-from rb_dynamics.ros.constraint_parameters import ConstraintParameters
+from rb_dynamics.ros.constraint_parameters import PREFIX, ConstraintParameters
 from rb_dynamics.ros.conversions import ConversionError, JointLayout, from_seconds, to_seconds
-from rb_dynamics.ros.model_source import MODEL_SOURCE_PARAMETERS, ModelSource
-from rb_dynamics.ros.parameters import ParameterSpec
+from rb_dynamics.ros.model_source import ModelSource
 from rb_dynamics.ros.runtime import ThrottledLogger
-from rb_dynamics.simulation import DEFAULT_BANDWIDTH, DEFAULT_DAMPING_RATIO, INTEGRATORS
 from rb_dynamics_interfaces.srv import SetState
 
 from .commands import CommandInputs
@@ -67,78 +66,10 @@ from .simulated_robot import command_layout_of, joint_order, make_simulator, sim
 # again after this long, rather than stalling the loop until lockstep_timeout
 LOCKSTEP_RESEND_S = 0.2
 
-# which joint takes which command, and the drives of position / velocity commands
-SERVO_PARAMETERS: dict[str, ParameterSpec] = {
-    "read_ros2_control": ParameterSpec(
-        "bool", True, "read the URDF's <ros2_control> blocks: a joint takes the commands of its "
-        "command interfaces (false, or no block: every joint takes efforts)", read_only=True),
-    "uncovered_joints": ParameterSpec(
-        "string", "passive", "with <ros2_control> blocks, what a movable joint in none of them "
-        "takes: passive (no command, as in ros2_control) or effort", read_only=True,
-        choices=("passive", "effort")),
-    "servo_bandwidth": ParameterSpec(
-        "double", DEFAULT_BANDWIDTH, "rad/s, ω of the position/velocity servo: kp = M_ii ω², "
-        "kd = 2ζ M_ii ω (M_ii: the joint's inertia at the initial pose)", read_only=True,
-        low=1e-3, high=1e6),
-    "servo_damping_ratio": ParameterSpec(
-        "double", DEFAULT_DAMPING_RATIO, "ζ of the servo (1: critically damped)",
-        read_only=True, low=1e-3, high=100.0),
-    "servo_gravity_feedforward": ParameterSpec(
-        "bool", False, "add g(q) to the servoed joints' efforts (a real drive does not know the "
-        "load: off, a loaded joint settles g/kp off target)", read_only=True),
-    "servo_gain_joints": ParameterSpec(
-        "string[]", [], "joints whose servo gains servo_kp, servo_kd set instead", read_only=True),
-    "servo_kp": ParameterSpec("double[]", [], "N·m/rad or N/m, one per servo_gain_joints",
-                              read_only=True),
-    "servo_kd": ParameterSpec("double[]", [], "N·m·s/rad or N·s/m, one per servo_gain_joints",
-                              read_only=True),
-}
-
-PARAMETERS: dict[str, ParameterSpec] = {
-    **MODEL_SOURCE_PARAMETERS,
-    "joints": ParameterSpec("string[]", [], "order of ~/commands and joint_states ([] = the "
-                            "URDF's actuated joints)", read_only=True),
-    "time_step": ParameterSpec("double", 0.001, "s, integration step", read_only=True,
-                               low=1e-6, high=0.1),
-    "integrator": ParameterSpec("string", "semi_implicit_euler", "integrator", read_only=True,
-                                choices=INTEGRATORS),
-    "publish_rate": ParameterSpec("double", 500.0, "Hz of joint_states (and of the physics "
-                                  "catch-up and, unless lock-step, of taking the commands)",
-                                  read_only=True, low=0.1, high=10000.0),
-    "real_time_factor": ParameterSpec("double", 1.0, "simulated seconds per wall second",
-                                      low=1e-3, high=1000.0),
-    "gravity": ParameterSpec("double[]", [0.0, 0.0, -9.81], "m/s², in the root frame",
-                             read_only=True),
-    "initial_positions": ParameterSpec("double[]", [], "one per joint ([] = the <ros2_control> "
-                                       "state initial_values, else zeros)", read_only=True),
-    "damping": ParameterSpec("double[]", [], "per joint, N·m·s/rad ([] = URDF <dynamics>)",
-                             read_only=True),
-    "friction": ParameterSpec("double[]", [], "per joint, N·m ([] = URDF <dynamics>)",
-                              read_only=True),
-    "effort_noise": ParameterSpec("double", 0.0, "N·m or N: standard deviation of Gaussian "
-                                  "noise added to the efforts published on joint_states (a "
-                                  "torque sensor's; the applied efforts stay exact)",
-                                  read_only=True, low=0.0, high=1e3),
-    "command_timeout": ParameterSpec("double", 0.5, "s (simulated), per joint: an older effort "
-                                     "command falls back to zero, a velocity command to a brake "
-                                     "(a position command is held)", low=1e-6, high=1e6),
-    "position_limits": ParameterSpec("bool", True, "URDF position limits act as inelastic "
-                                     "stops", read_only=True),
-    "publish_clock": ParameterSpec("bool", False, "publish /clock so other nodes can "
-                                   "use_sim_time", read_only=True),
-    "start_paused": ParameterSpec("bool", False, "start paused (~/pause false to run)",
-                                  read_only=True),
-    "lockstep": ParameterSpec("bool", False, "one step per command (a controller in the loop "
-                              "sets the pace; a state no command answers within "
-                              f"{LOCKSTEP_RESEND_S} s is sent again)", read_only=True),
-    "lockstep_timeout": ParameterSpec("double", 0.5, "wall s without commands after which "
-                                      "lock-step time goes on at the real-time pace",
-                                      read_only=True, low=0.0, high=1e6),
-    **SERVO_PARAMETERS,
-}
-
-
-NODE_NAME = "rb_simulator"
+SCHEMA = ros_params.node_schema("simulator_node")  # every parameter: parameters.yaml
+NODE_NAME = SCHEMA.node_name
+# the parameters this class declares; ConstraintParameters declares loop_constraints.*
+PARAMETERS = SCHEMA.select(exclude=(f"{PREFIX}.*",))
 
 
 class SimulatorNode(Node):
@@ -151,7 +82,7 @@ class SimulatorNode(Node):
         self.warn = ThrottledLogger(self.get_logger())
         source = self._description()
         self.model = simulated_model(source, settings)
-        self.constraints = ConstraintParameters(self).build(self.model)
+        self.constraints = ConstraintParameters(self, SCHEMA).build(self.model)
         self.joints = joint_order(self.model, settings["joints"])
         # where the joints' values sit in the model's q and v (joint_states, ~/set_state)
         self.joint_layout = JointLayout(self.model, self.joints, "joints", every_joint=False)
