@@ -195,5 +195,6 @@ def test_the_control_loop_keeps_answering_during_a_long_simulate_call(running):
     gaps = np.diff(np.concatenate([[started], during]))
     print(f"simulate busy {busy:.2f} s: {len(arrivals)} commands for {stream.sent} states, "
           f"largest gap {1e3 * gaps.max():.1f} ms")
-    # states queued behind a blocked loop would be superseded: fewer answers, and a gap
-    assert len(arrivals) >= stream.sent - 1 and gaps.max() < 0.1
+    # states queued behind a blocked loop would be superseded: a gap, and an answer missing for
+    # every 20 ms blocked; a loaded machine may supersede one or two states however it runs
+    assert len(arrivals) >= stream.sent - max(2, stream.sent // 20) and gaps.max() < 0.1

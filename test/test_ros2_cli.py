@@ -70,7 +70,7 @@ def test_param_set_then_get_as_in_the_readme(tmp_path):
         assert after.stdout.strip() == "String value is: computed_torque", str(after)
         # a refused value is reported with the node's reason and changes nothing (the CLI
         # exits 0 all the same: the answer is on stderr)
-        refused = _param("set", "rb_dynamics", "mode", "impedance")
+        refused = _param("set", "rb_dynamics", "mode", "admittance")
         assert "Setting parameter failed" in refused.stderr and "mode" in refused.stderr, \
             str(refused)
         again = _param("get", "rb_dynamics", "mode")
