@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """Running rclpy nodes: until SIGINT/SIGTERM within a bounded time, a thread per hot path,
 a worker thread that keeps only the newest request, throttled warnings, the answer of a failed
-service call, draining a subscription's queue.
+service call, draining a subscription's queue, a lifecycle service that refuses an invalid
+transition instead of raising.
 
 ``rclpy.spin()`` can stay in the wait set after a signal; spinning once with a timeout in a
 loop that checks a flag set by our own handlers always exits. A watchdog bounds the whole
@@ -61,6 +62,39 @@ def failed_response(response: Any, exc: BaseException, logger: Any, service: str
         logger.error(f"{service}: internal error: {exc!r}")
         response.success, response.message = False, f"internal error: {exc!r}"
     return response
+
+
+def refuse_invalid_transitions(node: Node) -> None:
+    """Make a lifecycle node's ``~/change_state`` answer success=false, with a warning naming the
+    transitions it could take, for a transition its current state does not have.
+
+    The rclpy of Jazzy's wheels raises RCLError ("Transition is not registered") out of the
+    service callback instead, which ends the process: any client (not only ``ros2 lifecycle
+    set``, which checks first) could stop the node. The state machine is unchanged when rcl
+    refuses the transition, so answering "no" is all that is left to do. A node without the
+    service (not a lifecycle node) is left as it is.
+    """
+    service = getattr(node, "_service_change_state", None)  # rclpy's, Humble to Kilted
+    if service is None or not callable(getattr(service, "callback", None)):
+        return
+    change_state = service.callback
+    machine = node._state_machine
+
+    def refusing(request: Any, response: Any) -> Any:
+        try:
+            return change_state(request, response)
+        except RuntimeError as exc:
+            _, state = machine.current_state
+            possible = ", ".join(f"{label} ({number})" for number, label, *_ in
+                                 machine.available_transitions) or "none"
+            node.get_logger().warning(
+                f"change_state refused: transition {request.transition.id} "
+                f"'{request.transition.label}' is not possible from {state} (possible: "
+                f"{possible}): {exc}")
+            response.success = False
+            return response
+
+    service.callback = refusing
 
 
 def take_queued(subscription: Subscription, limit: int = 1000) -> Iterator[Any]:

@@ -56,7 +56,7 @@ from rb_dynamics.model import Model
 from rb_dynamics.ros import parameters as ros_params
 from rb_dynamics.ros.constraint_parameters import PREFIX
 from rb_dynamics.ros.parameters import qos_with_overrides
-from rb_dynamics.ros.runtime import ThrottledLogger
+from rb_dynamics.ros.runtime import ThrottledLogger, refuse_invalid_transitions
 
 from .control_loop import ControlLoop
 from .dynamics_services import DynamicsServices
@@ -98,6 +98,7 @@ class ControlNode(LifecycleNode):
         self.status = ControlStatus(self, self.loop, self.model_loader, self._state,
                                     self.payload.diagnostic_values)
         self.add_on_set_parameters_callback(self._on_set_parameters)
+        refuse_invalid_transitions(self)
         self.model_loader.follow_sources()
         if settings["autostart"]:
             self.trigger_configure()
