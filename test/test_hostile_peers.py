@@ -4,10 +4,13 @@ node refuses what it cannot take, says why, and goes on; only a signal ends it."
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 from lifecycle_msgs.msg import Transition
 from lifecycle_msgs.srv import ChangeState, GetState
-from ros_harness import control_node, fresh_name
+from ros_harness import control_node, fresh_name, simulator
+from sensor_msgs.msg import JointState
 
 from rb_dynamics import DEFAULT_URDF
 from rb_dynamics.model import load_model
@@ -47,3 +50,80 @@ def test_an_invalid_lifecycle_transition_is_refused_and_the_node_goes_on(tmp_pat
         assert _state(node) == "finalized"
     finally:
         node.close()  # SIGINT: exit 0 within 2 s
+
+
+def _goal_outcome(node, goal, timeout: float = 60.0) -> tuple[str, str, float]:
+    """("rejected" or the result's error code, its error string, seconds to the answer)."""
+    from control_msgs.action import FollowJointTrajectory
+    from rclpy.action import ActionClient
+
+    client = ActionClient(node.peer.node, FollowJointTrajectory,
+                          f"/{node.name}/follow_joint_trajectory")
+    assert client.wait_for_server(timeout_sec=30.0), node.output()
+    began = time.monotonic()
+    sent = client.send_goal_async(goal)
+    assert node.wait_for(sent.done, timeout), node.output()
+    handle = sent.result()
+    if not handle.accepted:
+        return "rejected", "", time.monotonic() - began
+    result = handle.get_result_async()
+    assert node.wait_for(result.done, timeout), node.output()
+    answer = result.result().result
+    return str(answer.error_code), answer.error_string, time.monotonic() - began
+
+
+def test_long_name_lists_are_refused_at_once_and_named_briefly(tmp_path):
+    """26.4 and 26.10: a goal naming ``elbow_joint`` 20,000 times held the node's executor for
+    21 s (a quadratic check for repeated names), and 100,000 unknown names came back whole in a
+    1 MB error string; one joint_commands message with 10,001 names stopped the simulator
+    2.3 s. Bound: a machine twice as slow as one that answers in ~0.1 s still answers in 5 s."""
+    from control_msgs.action import FollowJointTrajectory
+    from trajectory_msgs.msg import JointTrajectoryPoint
+
+    node = control_node(tmp_path, {"urdf_path": str(DEFAULT_URDF), "mode": "computed_torque"},
+                        name=fresh_name("rb_dynamics_names"))
+    try:
+        assert node.command_after(JOINTS, np.zeros(len(JOINTS))) is not None, node.output()
+        for names, code in ((["elbow_joint"] * 20_000, "repeated"),
+                            ([f"joint_{k}" for k in range(100_000)], "unknown")):
+            goal = FollowJointTrajectory.Goal()
+            goal.trajectory.joint_names = names
+            point = JointTrajectoryPoint(positions=[0.0] * len(names))
+            point.time_from_start.sec = 1
+            goal.trajectory.points = [point]
+            outcome, text, seconds = _goal_outcome(node, goal)
+            print(f"\n{len(names)} {code} names: {outcome} in {seconds:.2f} s, "
+                  f"{len(text)} characters")
+            assert outcome in ("rejected", "-2"), (outcome, text)  # INVALID_JOINTS
+            assert seconds < 5.0 and len(text) < 1000, (seconds, text[:300])
+            assert _state(node) == "active"  # the executor answers
+    finally:
+        node.close()
+    log = node.output()
+    assert max(len(line) for line in log.splitlines()) < 2000, "a log line echoes the list"
+
+
+def test_a_joint_commands_message_with_thousands_of_names_is_refused_at_once(tmp_path):
+    """26.4: the simulator's command decoding counted repeated names quadratically."""
+    sim = simulator(tmp_path, {"urdf_path": str(DEFAULT_URDF), "publish_rate": 200.0})
+    states = sim.received(JointState, "joint_states")
+    try:
+        assert sim.wait_for(lambda: len(states) > 10, 30.0), sim.output()
+        # the kernels' switch-over is not what this test measures
+        assert sim.wait_for_log("dynamics for the steps", 60.0), sim.output()
+        publisher = sim.publisher(JointState, "~/joint_commands")
+        assert sim.wait_for(lambda: publisher.get_subscription_count() > 0, 10.0)
+        names = ["elbow_joint"] * 30_001
+        publisher.publish(JointState(name=names, effort=[0.0] * len(names)))
+        assert sim.wait_for_log("appear more than once", 10.0), sim.output()
+        before = len(states)
+        began = time.monotonic()
+        assert sim.wait_for(lambda: len(states) > before + 50, 10.0), sim.output()
+        arrivals = [t for t, _ in states[before - 1:]]
+        print(f"\nlargest gap in joint_states around the message: "
+              f"{1e3 * float(np.diff(arrivals).max()):.0f} ms; 50 states in "
+              f"{time.monotonic() - began:.2f} s")
+        assert float(np.diff(arrivals).max()) < 1.0
+    finally:
+        sim.close()
+    assert max(len(line) for line in sim.output().splitlines()) < 2000

@@ -13,6 +13,8 @@ from .checks import (
     check_rotational_inertia,
     finite_array,
     finite_vector,
+    name_list,
+    repeated_names,
 )
 from .joints import (
     JOINT_DIMENSIONS,
@@ -115,6 +117,7 @@ __all__ = [
     "mcI",
     "motion_apply",
     "motion_subspace",
+    "name_list",
     "parse_number",
     "parse_numbers",
     "parse_xml",
@@ -122,6 +125,7 @@ __all__ = [
     "plux_inverse",
     "quat_to_matrix",
     "read_ros2_control",
+    "repeated_names",
     "read_source",
     "rotation_about_axis",
     "rpy_to_matrix",

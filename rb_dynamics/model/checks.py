@@ -9,12 +9,13 @@ subclass the caller chooses) otherwise; nothing is changed when a check fails.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
 
 __all__ = ["check_choice", "check_positive", "check_rotational_inertia", "finite_array",
-           "finite_vector"]
+           "finite_vector", "name_list", "repeated_names"]
 
 
 def finite_array(values, name: str, shape: tuple[int, ...] | None = None,
@@ -89,3 +90,17 @@ def check_rotational_inertia(inertia: np.ndarray, where: str,
     if eig[0] + eig[1] < eig[2] - 1e-6 * scale:
         raise error(f"{where} inertia's principal moments {eig} violate the triangle "
                     "inequality (no physical body has them)")
+
+
+def repeated_names(names: Sequence[str]) -> list[str]:
+    """The names that occur more than once in ``names``, sorted; linear in its length (a message
+    may carry a name thousands of times)."""
+    return sorted(name for name, count in Counter(names).items() if count > 1)
+
+
+def name_list(names: Sequence[str], limit: int = 5) -> str:
+    """``names`` for a message: all of them up to ``limit``, else the first ``limit`` and how many
+    more (a refusal must not echo a list a peer made arbitrarily long)."""
+    shown = ", ".join(repr(name) for name in list(names[:limit]))
+    more = len(names) - limit
+    return f"[{shown}]" if more <= 0 else f"[{shown}, … and {more} more]"

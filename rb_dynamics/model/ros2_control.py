@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .checks import check_choice
+from .checks import check_choice, name_list, repeated_names
 from .tree import Model
 from .xml_reading import URDFError, parse_number, parse_xml, read_source
 
@@ -211,7 +211,7 @@ def _parse_joint(elem: ET.Element, where: str) -> JointInterfaces:
     for tag in ("command_interface", "state_interface"):
         parsed = tuple(_parse_interface(e, where, limits) for e in elem.findall(tag))
         names = [i.name for i in parsed]
-        repeated = sorted({n for n in names if names.count(n) > 1})
+        repeated = repeated_names(names)
         if repeated:
             raise URDFError(f"{where}: {tag} {repeated} declared twice")
         interfaces[tag] = parsed
@@ -420,9 +420,9 @@ class CommandLayout:
         length fits neither layout.
         """
         names = list(names)
-        if len(set(names)) != len(names):
-            repeated = sorted({n for n in names if names.count(n) > 1})
-            raise ValueError(f"name: joints {repeated} appear more than once")
+        repeated = repeated_names(names)
+        if repeated:
+            raise ValueError(f"name: joints {name_list(repeated)} appear more than once")
         index = {n: i for i, n in enumerate(self.joints)}
         columns = np.array([index.get(n, -1) for n in names], dtype=int)
         values = np.full((3, len(names)), np.nan)

@@ -18,6 +18,7 @@ import numpy as np
 from rclpy.task import Future
 
 from rb_dynamics.control import ControlOutput, JointController, TrajectorySampler
+from rb_dynamics.model import name_list, repeated_names
 
 __all__ = [
     "GOAL_TOLERANCE_VIOLATED",
@@ -213,13 +214,15 @@ def check_goal_message(goal: Any, joints: Sequence[str], allow_moving_end: bool)
     names = list(trajectory.joint_names)
     if not names:
         raise GoalError(INVALID_JOINTS, "trajectory.joint_names is empty")
-    unknown = [n for n in names if n not in joints]
+    known = set(joints)
+    unknown = [n for n in names if n not in known]
     if unknown:
-        raise GoalError(INVALID_JOINTS, f"trajectory.joint_names: {unknown} are not joints of "
-                        f"this controller {list(joints)}")
-    repeated = sorted({n for n in names if names.count(n) > 1})
+        raise GoalError(INVALID_JOINTS, f"trajectory.joint_names: {name_list(unknown)} are not "
+                        f"joints of this controller {list(joints)}")
+    repeated = repeated_names(names)
     if repeated:
-        raise GoalError(INVALID_JOINTS, f"trajectory.joint_names: {repeated} appear twice")
+        raise GoalError(INVALID_JOINTS, f"trajectory.joint_names: {name_list(repeated)} "
+                        "appear twice")
     if not trajectory.points:
         raise GoalError(INVALID_GOAL, "trajectory.points is empty")
     for k, point in enumerate(trajectory.points):
