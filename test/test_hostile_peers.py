@@ -9,7 +9,7 @@ import time
 import numpy as np
 from lifecycle_msgs.msg import Transition
 from lifecycle_msgs.srv import ChangeState, GetState
-from ros_harness import control_node, fresh_name, simulator
+from ros_harness import control_node, fresh_name, refused_start, simulator
 from sensor_msgs.msg import JointState
 
 from rb_dynamics import DEFAULT_URDF
@@ -127,3 +127,28 @@ def test_a_joint_commands_message_with_thousands_of_names_is_refused_at_once(tmp
     finally:
         sim.close()
     assert max(len(line) for line in sim.output().splitlines()) < 2000
+
+
+def test_a_simulator_that_cannot_start_says_so_under_its_own_name(tmp_path):
+    """26.10: the simulator's fatal line was logged under the control node's name."""
+    output = refused_start("rb_dynamics.ros.simulator_node", tmp_path,
+                           {"urdf_path": str(DEFAULT_URDF), "integrator": "leapfrog"})
+    fatal = [line for line in output.splitlines() if "[FATAL]" in line]
+    assert fatal and all("[rb_simulator]" in line for line in fatal), output
+
+
+def test_the_simulators_refusals_of_different_fields_are_each_reported(tmp_path):
+    """26.10: the wrong-length and repeated-name refusals of ~/joint_commands shared one throttle
+    key, so the first one hid the second for the throttle's period."""
+    sim = simulator(tmp_path, {"urdf_path": str(DEFAULT_URDF), "publish_rate": 100.0})
+    states = sim.received(JointState, "joint_states")
+    try:
+        assert sim.wait_for(lambda: len(states) > 5, 30.0), sim.output()
+        publisher = sim.publisher(JointState, "~/joint_commands")
+        assert sim.wait_for(lambda: publisher.get_subscription_count() > 0, 10.0)
+        publisher.publish(JointState(name=["elbow_joint"], effort=[0.0, 1.0]))
+        assert sim.wait_for_log("values for 1 names", 10.0), sim.output()
+        publisher.publish(JointState(name=["elbow_joint", "elbow_joint"], effort=[0.0, 0.0]))
+        assert sim.wait_for_log("appear more than once", 1.5), sim.output()
+    finally:
+        sim.close()

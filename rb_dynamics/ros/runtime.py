@@ -195,8 +195,11 @@ def _exit_after(deadline: float, name: str) -> None:
     os._exit(0)
 
 
-def run_node(factory: Callable[..., Node], args: list[str] | None = None) -> int:
-    """Create the node, spin it until a signal, shut down cleanly. Returns an exit code."""
+def run_node(factory: Callable[..., Node], args: list[str] | None = None,
+             name: str = "rb_dynamics") -> int:
+    """Create the node, spin it until a signal, shut down cleanly. Returns an exit code: 1 when
+    the node cannot be built or its environment breaks (logged as fatal under the node's name,
+    or ``name`` when there is no node yet), else 0."""
     rclpy.init(args=sys.argv if args is None else args,
                signal_handler_options=SignalHandlerOptions.NO)
     stop = {"requested": False}
@@ -204,11 +207,15 @@ def run_node(factory: Callable[..., Node], args: list[str] | None = None) -> int
     def request_stop(_signum, _frame):
         if not stop["requested"]:
             stop["requested"] = True
-            threading.Thread(target=_exit_after, args=(STOP_DEADLINE_S, "rb_dynamics"),
+            threading.Thread(target=_exit_after, args=(STOP_DEADLINE_S, label()),
                              daemon=True).start()
 
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     node = None
+
+    def label() -> str:
+        return node.get_name() if node is not None else name
+
     code = 0
     try:
         node = factory()
@@ -217,8 +224,7 @@ def run_node(factory: Callable[..., Node], args: list[str] | None = None) -> int
         while not stop["requested"] and rclpy.ok():
             executor.spin_once(timeout_sec=0.05)
     except (ValueError, RuntimeError, OSError) as exc:
-        name = node.get_name() if node is not None else "rb_dynamics"
-        rclpy.logging.get_logger(name).fatal(f"cannot run: {exc}")
+        rclpy.logging.get_logger(label()).fatal(f"cannot run: {exc}")
         code = 1
     finally:
         if node is not None:

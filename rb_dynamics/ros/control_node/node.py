@@ -239,7 +239,7 @@ def main(args: list[str] | None = None) -> int:
     # The control loop thread waits for the GIL while the main thread runs Python (a roll-out,
     # a model being built): switch every 0.5 ms rather than every 5 ms.
     sys.setswitchinterval(5e-4)
-    return run_node(ControlNode, args)
+    return run_node(ControlNode, args, NODE_NAME)
 
 
 if __name__ == "__main__":

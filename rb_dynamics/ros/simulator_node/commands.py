@@ -126,7 +126,9 @@ class CommandInputs:
         try:
             command = self.layout.decode(msg.name, msg.position, msg.velocity, msg.effort)
         except ValueError as exc:
-            self.warn(f"~/joint_commands: {exc}; ignored", "joint_commands shape")
+            # one throttle per field ("name: …", "effort: …"): one refusal never hides another
+            field = str(exc).split(":", 1)[0]
+            self.warn(f"~/joint_commands: {exc}; ignored", f"joint_commands {field}")
             return False
         self.apply(command, "~/joint_commands")
         return True

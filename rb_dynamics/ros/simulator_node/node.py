@@ -328,7 +328,7 @@ def main(args: list[str] | None = None) -> int:
     """``rb_simulator``."""
     from rb_dynamics.ros.runtime import run_node
 
-    return run_node(SimulatorNode, args)
+    return run_node(SimulatorNode, args, NODE_NAME)
 
 
 if __name__ == "__main__":
