@@ -1,7 +1,19 @@
 # SPDX-License-Identifier: Apache-2.0
 """rb_dynamics: rigid-body dynamics (RNEA, CRBA, ABA) of URDF robots, and ROS 2 nodes around it.
 
-The core (``model``, ``dynamics``) needs only NumPy; ``node`` and ``main_job`` need rclpy.
+The packages, each importing only those below it (``.importlinter``, test/test_layers.py):
+
+- ``demo``: the main job, the simulator and the control node in closed loop, and its reference.
+- ``ros``: the ROS 2 layer: ``ros.control_node`` (efforts from joint states, the trajectory
+  action, the dynamics and payload services), ``ros.simulator_node``, and what both share.
+- ``control``: the control law, trajectories, effort limits, feasibility (no ROS).
+- ``simulation``: integrators, the simulator, joint drives (no ROS).
+- ``identification``: learning dynamics from data: payloads (no ROS).
+- ``dynamics``: the algorithms on a model: the reference, the generated kernels, payload terms,
+  constraints.
+- ``model``: spatial algebra, joint models, the kinematic tree, the URDF reader, input checks.
+
+Everything below ``ros`` needs only NumPy (and SciPy); docs/layout.md has a line per module.
 """
 
 from pathlib import Path
