@@ -41,7 +41,7 @@ def toward(goal: np.ndarray, q: np.ndarray, kp=100.0) -> np.ndarray:
 
 def publish_set_point(rig: Session, goal: np.ndarray, names=JOINTS) -> None:
     order = [JOINTS.index(n) for n in names]
-    rig.publish_matched(JointTrajectory, "~/trajectory", JointTrajectory(
+    rig.publish_matched(JointTrajectory, "~/joint_trajectory", JointTrajectory(
         joint_names=list(names), points=[JointTrajectoryPoint(positions=goal[order].tolist())]))
 
 
@@ -142,7 +142,7 @@ def test_hostile_states_and_trajectories_never_move_the_command(rig):
     publish_set_point(rig, Q_GOAL)
     assert steers(rig, toward(Q_GOAL, Q)), rig.output()
     for msg in hostile_trajectories():
-        rig.publish_matched(JointTrajectory, "~/trajectory", msg)
+        rig.publish_matched(JointTrajectory, "~/joint_trajectory", msg)
     # one writer's messages arrive in order: the last one refused means all were handled (the
     # trajectory warnings share one throttle, so the log shows only the first)
     assert rig.wait_for(lambda: any("negative header stamp -5" in kv.value

@@ -271,15 +271,15 @@ def test_a_new_goal_preempts_the_old_one_and_a_topic_trajectory_preempts_too(arm
     assert arm.result(second)[0] == "SUCCEEDED"
     arm.wait_sim(0.1)
     assert np.abs(arm.q() - (q_start - 0.2)).max() < 1e-3
-    # a trajectory on ~/trajectory replaces the goal's: the goal is told
+    # a trajectory on ~/joint_trajectory replaces the goal's: the goal is told
     third = arm.send(arm.goal(q_start, duration=3.0))
     arm.wait_sim(0.3)
-    publisher = arm.peer.node.create_publisher(JointTrajectory, "/rb_dynamics/trajectory", 10)
+    publisher = arm.peer.node.create_publisher(JointTrajectory, "/rb_dynamics/joint_trajectory", 10)
     assert arm.peer.wait_for(lambda: publisher.get_subscription_count() > 0, 5.0)
     publisher.publish(JointTrajectory(joint_names=arm.joints, points=[JointTrajectoryPoint(
         positions=arm.q().tolist())]))
     assert arm.result(third) == ("ABORTED", Result.INVALID_GOAL,
-                                 "Current goal preempted by a trajectory on ~/trajectory.")
+                                 "Current goal preempted by a trajectory on ~/joint_trajectory.")
 
 
 def test_cancel_holds_position(arm):

@@ -10,7 +10,7 @@ run-time parameters:
 - ``ModelLoader`` (model_loader.py): the robot, from ``ModelSource`` (the
   ``robot_description`` parameter, the ``/robot_description`` topic, ``urdf_path``), loaded
   off the executor thread and swapped in whole;
-- ``TrajectoryTopic`` (trajectory_topic.py): ``~/trajectory``;
+- ``TrajectoryTopic`` (trajectory_topic.py): ``~/joint_trajectory``;
 - ``TrajectoryAction`` (trajectory_action.py): ``~/follow_joint_trajectory``,
   ``~/controller_state``;
 - ``DynamicsServices`` (dynamics_services.py), ``PayloadServices`` (payload_services.py);
@@ -19,7 +19,7 @@ run-time parameters:
 
 Topics
     joint_states (sub, sensor_msgs/JointState)      mapped by name, any order, extras ignored
-    ~/trajectory (sub, trajectory_msgs/JointTrajectory)  reference for computed torque
+    ~/joint_trajectory (sub, trajectory_msgs/JointTrajectory)  reference for computed torque
     ~/effort_commands (pub, std_msgs/Float64MultiArray)  efforts ordered by ``joints``;
                                                     remap to <effort controller>/commands
     ~/controller_state (pub, control_msgs/JointTrajectoryControllerState)
