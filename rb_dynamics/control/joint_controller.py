@@ -28,6 +28,7 @@ from .trajectory import (
     TrajectorySampler,
     check_point_field,
 )
+from .velocity import VelocityFromPositions
 
 __all__ = ["ControlOutput", "JointController", "JointStateReader"]
 
@@ -41,6 +42,16 @@ class ControlOutput:
     effort: np.ndarray  # in the controller's joint order, clamped to the effort limits
     clamped: list[str]  # joints whose effort hit a limit (or a soft limit's bound)
     position_error: np.ndarray  # q_d − q in the controller's joint order (zeros in gravity mode)
+
+
+MISSING_VELOCITY = ("refuse", "differentiate")  # what a state without velocities gets
+
+
+def check_missing_velocity(choice: str) -> str:
+    """``choice`` if it is one of ``MISSING_VELOCITY``, else ControllerError."""
+    if choice not in MISSING_VELOCITY:
+        raise ControllerError(f"missing_velocity {choice!r}: one of {MISSING_VELOCITY}")
+    return choice
 
 
 class JointStateReader:
@@ -150,7 +161,9 @@ class JointController:
     not finite), as ros2_controllers' trajectory controller does; the gains of the law are
     ``law.kp`` … ``law.i_clamp`` (``ControlLaw``).
     Times are seconds on the caller's clock; nothing is computed from a state older than
-    ``max_state_age``. ``dynamics`` defaults to ``make_dynamics(model)``. Raises
+    ``max_state_age``. A state without velocities: ``missing_velocity`` (``update_state``),
+    ``velocity_cutoff`` (Hz) the estimator's low-pass. ``dynamics`` defaults to
+    ``make_dynamics(model)``. Raises
     ``ControllerError`` for a model with joints other than revolute or prismatic, for joints
     unknown or named twice, and for an unknown ``mode`` or invalid gains.
     """
@@ -171,6 +184,8 @@ class JointController:
         soft_limits: bool = False,
         interpolate_from_desired_state: bool = False,
         max_state_age: float = 0.1,
+        missing_velocity: str = "refuse",
+        velocity_cutoff: float = 50.0,
         dynamics: Dynamics | None = None,
     ):
         if not model.only_one_dof_joints:
@@ -190,6 +205,8 @@ class JointController:
                               friction_compensation=bool(friction_compensation))
         self.set_gains(kp, kd, stiffness=stiffness, damping=damping, ki=ki, i_clamp=i_clamp)
         self.max_state_age = float(max_state_age)
+        self.missing_velocity = check_missing_velocity(missing_velocity)
+        self.velocity_estimator = VelocityFromPositions(velocity_cutoff)
         self.effort_scale = 1.0  # commands are clamped to effort_scale × the URDF limit
         self.limiter = EffortLimiter(model) if soft_limits else None
         self.interpolate_from_desired_state = bool(interpolate_from_desired_state)
@@ -266,10 +283,27 @@ class JointController:
     # -- inputs --------------------------------------------------------------------
 
     def update_state(self, names: Sequence[str], positions: Sequence[float],
-                     velocities: Sequence[float], now: float) -> None:
-        """A joint state by name (extra joints ignored); raises ControllerError if unusable."""
-        self.q, self.v = self.state_reader.read(names, positions, velocities)
+                     velocities: Sequence[float], now: float, stamp: float | None = None
+                     ) -> bool:
+        """A joint state by name (extra joints ignored), received at ``now``, describing the
+        instant ``stamp`` (None: ``now``); raises ControllerError if unusable. A state without
+        velocities is refused (``missing_velocity`` "refuse": the damping, friction, Coriolis
+        and D terms need q̇) or its q̇ is estimated from the positions ("differentiate",
+        ``velocity_estimator``); False: the estimate needs one more state, nothing was taken."""
+        q, v = self.state_reader.read(names, positions, velocities)
+        if not len(velocities):
+            if self.missing_velocity == "refuse":
+                raise ControllerError(
+                    "joint_states: no velocities (positions only); q̇ is needed by the "
+                    "damping, friction, Coriolis and D terms (set missing_velocity: "
+                    "differentiate to estimate it from the positions)")
+            v = self.velocity_estimator.update(q, now if stamp is None else stamp,
+                                               self.max_state_age)
+            if v is None:
+                return False
+        self.q, self.v = q, v
         self.state_time = now
+        return True
 
     def prepare_trajectory(self, names: Sequence[str], points: Sequence[TrajectoryPoint],
                            start: float, now: float) -> TrajectorySampler:

@@ -178,8 +178,12 @@ class ControlLoop:
                          "publishing", "negative stamp")
             return False
         first = controller.q is None
+        stamp = to_seconds(msg.header.stamp)
         try:
-            controller.update_state(msg.name, msg.position, msg.velocity, now)
+            # velocities from positions are differenced over the instants the states describe
+            if not controller.update_state(msg.name, msg.position, msg.velocity, now,
+                                           stamp if stamp > 0.0 else now):
+                return False  # a velocity estimate needs one more state
         except ControllerError as exc:
             self.problem(f"{exc}; not publishing")
             return False
@@ -189,7 +193,6 @@ class ControlLoop:
         if not self._publishing or now - self._last_publish < self._min_period:
             return False
         started = time.perf_counter()
-        stamp = to_seconds(msg.header.stamp)
         # the reference is sampled at the instant the state describes, when it is stamped
         reference_time = stamp if stamp > 0.0 else now
         try:

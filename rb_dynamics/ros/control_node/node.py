@@ -145,7 +145,8 @@ class ControlNode(LifecycleNode):
         controller = JointController(
             model, joints, mode=value("mode"), kp=list(value("kp")), kd=list(value("kd")),
             friction_compensation=value("friction_compensation"),
-            max_state_age=value("state_timeout"), dynamics=dynamics)
+            max_state_age=value("state_timeout"), missing_velocity=value("missing_velocity"),
+            velocity_cutoff=value("velocity_cutoff"), dynamics=dynamics)
         controller.effort_scale = value("effort_scale")
         self.payload.attach(controller)
         return controller
@@ -223,6 +224,9 @@ class ControlNode(LifecycleNode):
                 c.law.friction_compensation = changes.get("friction_compensation",
                                                           c.law.friction_compensation)
                 c.max_state_age = changes.get("state_timeout", c.max_state_age)
+                c.missing_velocity = changes.get("missing_velocity", c.missing_velocity)
+                if "velocity_cutoff" in changes:
+                    c.velocity_estimator.cutoff = changes["velocity_cutoff"]
                 c.effort_scale = changes.get("effort_scale", c.effort_scale)
             if "max_publish_rate" in changes:
                 self.loop.set_max_rate(changes["max_publish_rate"])
