@@ -19,7 +19,6 @@ from .feasibility import (
     trajectory_efforts,
 )
 from .joint_controller import (
-    MISSING_VELOCITY,
     ControlOutput,
     JointController,
     JointStateReader,
@@ -52,7 +51,7 @@ from .trajectory import (
     shortest_way_start,
     spline_coefficients,
 )
-from .velocity import VelocityFromPositions
+from .velocity import MISSING_VELOCITY, MissingVelocity, VelocityFromPositions
 
 __all__ = [
     "CONTROL_MODES",
@@ -67,6 +66,7 @@ __all__ = [
     "MAX_CHECKED_STATES",
     "MAX_SAMPLES_PER_SEGMENT",
     "MISSING_VELOCITY",
+    "MissingVelocity",
     "MAX_TRAJECTORY_POINTS",
     "POSITION_BOUNDS_TOLERANCE",
     "REFERENCE_MODES",

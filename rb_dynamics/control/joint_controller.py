@@ -28,7 +28,7 @@ from .trajectory import (
     TrajectorySampler,
     check_point_field,
 )
-from .velocity import VelocityFromPositions
+from .velocity import MissingVelocity
 
 __all__ = ["ControlOutput", "JointController", "JointStateReader"]
 
@@ -44,30 +44,25 @@ class ControlOutput:
     position_error: np.ndarray  # q_d − q in the controller's joint order (zeros in gravity mode)
 
 
-MISSING_VELOCITY = ("refuse", "differentiate")  # what a state without velocities gets
-
-
-def check_missing_velocity(choice: str) -> str:
-    """``choice`` if it is one of ``MISSING_VELOCITY``, else ControllerError."""
-    if choice not in MISSING_VELOCITY:
-        raise ControllerError(f"missing_velocity {choice!r}: one of {MISSING_VELOCITY}")
-    return choice
-
-
 class JointStateReader:
     """Joint states by name → (q, q̇) in model order; extra joints are ignored. The columns
     found for a list of names are kept for the next state (a driver sends the same names
-    every time); every message is checked."""
+    every time); every message is checked. A state without velocities goes to
+    ``missing_velocity`` (default: refused)."""
 
-    def __init__(self, model: Model):
+    def __init__(self, model: Model, missing_velocity: MissingVelocity | None = None):
         self.model = model
+        self.missing_velocity = missing_velocity or MissingVelocity()
         self.state_index = dict(zip(model.joint_names, model.joint_q_index))
         self._columns: tuple[list[str], tuple[np.ndarray, np.ndarray] | None] | None = None
 
     def read(self, names: Sequence[str], positions: Sequence[float],
-             velocities: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+             velocities: Sequence[float], t: float = 0.0, max_gap: float = math.inf
+             ) -> tuple[np.ndarray, np.ndarray | None]:
         """(q, q̇) as new arrays; ControllerError for lengths that do not match, repeated or
-        missing joints and values that are not finite (q̇ = 0 when no velocities come)."""
+        missing joints and values that are not finite. Without velocities q̇ is
+        ``missing_velocity``'s for the instant ``t`` (s; states further apart than ``max_gap``
+        s start its estimate again): None while it has none, ControllerError if refused."""
         if len(positions) != len(names):
             raise ControllerError(
                 f"joint_states: {len(names)} names but {len(positions)} positions"
@@ -89,6 +84,8 @@ class JointStateReader:
                 v[columns] = np.asarray(velocities, dtype=float)[rows]
         if not (math.isfinite(q.sum()) and math.isfinite(v.sum())):
             raise ControllerError("joint_states: NaN or inf in positions or velocities")
+        if not len(velocities):
+            return q, self.missing_velocity.velocity(q, t, max_gap)
         return q, v
 
     def _state_columns(self, names: Sequence[str]) -> tuple[np.ndarray, np.ndarray] | None:
@@ -161,9 +158,7 @@ class JointController:
     not finite), as ros2_controllers' trajectory controller does; the gains of the law are
     ``law.kp`` … ``law.i_clamp`` (``ControlLaw``).
     Times are seconds on the caller's clock; nothing is computed from a state older than
-    ``max_state_age``. A state without velocities: ``missing_velocity`` (``update_state``),
-    ``velocity_cutoff`` (Hz) the estimator's low-pass. ``dynamics`` defaults to
-    ``make_dynamics(model)``. Raises
+    ``max_state_age``. ``dynamics`` defaults to ``make_dynamics(model)``. Raises
     ``ControllerError`` for a model with joints other than revolute or prismatic, for joints
     unknown or named twice, and for an unknown ``mode`` or invalid gains.
     """
@@ -184,8 +179,7 @@ class JointController:
         soft_limits: bool = False,
         interpolate_from_desired_state: bool = False,
         max_state_age: float = 0.1,
-        missing_velocity: str = "refuse",
-        velocity_cutoff: float = 50.0,
+        missing_velocity: MissingVelocity | None = None,
         dynamics: Dynamics | None = None,
     ):
         if not model.only_one_dof_joints:
@@ -199,14 +193,12 @@ class JointController:
             raise ControllerError(str(exc)) from None
         if len(set(self.joints)) != len(self.joints):
             raise ControllerError(f"joints {self.joints} has repeated names")
-        self.state_reader = JointStateReader(model)
+        self.state_reader = JointStateReader(model, missing_velocity)
         self.state_index = self.state_reader.state_index
         self.law = ControlLaw(dynamics or make_dynamics(model), mode,
                               friction_compensation=bool(friction_compensation))
         self.set_gains(kp, kd, stiffness=stiffness, damping=damping, ki=ki, i_clamp=i_clamp)
         self.max_state_age = float(max_state_age)
-        self.missing_velocity = check_missing_velocity(missing_velocity)
-        self.velocity_estimator = VelocityFromPositions(velocity_cutoff)
         self.effort_scale = 1.0  # commands are clamped to effort_scale × the URDF limit
         self.limiter = EffortLimiter(model) if soft_limits else None
         self.interpolate_from_desired_state = bool(interpolate_from_desired_state)
@@ -283,26 +275,14 @@ class JointController:
     # -- inputs --------------------------------------------------------------------
 
     def update_state(self, names: Sequence[str], positions: Sequence[float],
-                     velocities: Sequence[float], now: float, stamp: float | None = None
-                     ) -> bool:
-        """A joint state by name (extra joints ignored), received at ``now``, describing the
-        instant ``stamp`` (None: ``now``); raises ControllerError if unusable. A state without
-        velocities is refused (``missing_velocity`` "refuse": the damping, friction, Coriolis
-        and D terms need q̇) or its q̇ is estimated from the positions ("differentiate",
-        ``velocity_estimator``); False: the estimate needs one more state, nothing was taken."""
-        q, v = self.state_reader.read(names, positions, velocities)
-        if not len(velocities):
-            if self.missing_velocity == "refuse":
-                raise ControllerError(
-                    "joint_states: no velocities (positions only); q̇ is needed by the "
-                    "damping, friction, Coriolis and D terms (set missing_velocity: "
-                    "differentiate to estimate it from the positions)")
-            v = self.velocity_estimator.update(q, now if stamp is None else stamp,
-                                               self.max_state_age)
-            if v is None:
-                return False
-        self.q, self.v = q, v
-        self.state_time = now
+                     velocities: Sequence[float], now: float, stamp: float | None = None) -> bool:
+        """A joint state by name received at ``now``, of the instant ``stamp`` (None: ``now``)
+        (``JointStateReader.read``); False: not taken."""
+        q, v = self.state_reader.read(names, positions, velocities,
+                                      now if stamp is None else stamp, self.max_state_age)
+        if v is None:
+            return False
+        self.q, self.v, self.state_time = q, v, now
         return True
 
     def prepare_trajectory(self, names: Sequence[str], points: Sequence[TrajectoryPoint],

@@ -8,7 +8,8 @@ velocity is about half a state period (the quotient is the mean over the last in
 filter's group delay 1/(2π f_c) at low frequencies: at f_c = 50 Hz and 1 kHz states, about
 3.7 ms. A ramp (constant velocity) is reproduced exactly: the filter starts from the first
 quotient. It starts again (no estimate for that state) after a gap longer than ``max_gap`` or a
-time that does not increase; a new model gets a new estimator.
+time that does not increase; a new model gets a new estimator. ``MissingVelocity`` is the
+choice a controller makes for states without velocities: refuse them, or estimate q̇.
 """
 
 from __future__ import annotations
@@ -17,7 +18,11 @@ import math
 
 import numpy as np
 
-__all__ = ["VelocityFromPositions"]
+from .law import ControllerError
+
+__all__ = ["MISSING_VELOCITY", "MissingVelocity", "VelocityFromPositions"]
+
+MISSING_VELOCITY = ("refuse", "differentiate")  # what a state without velocities gets
 
 
 class VelocityFromPositions:
@@ -54,3 +59,30 @@ class VelocityFromPositions:
             self._v = self._v + alpha * (quotient - self._v)
         self._q, self._t = np.array(q, dtype=float), t
         return self._v.copy()
+
+
+class MissingVelocity:
+    """What a joint state without velocities gets: ``choice`` "refuse" (ControllerError: the
+    damping, friction, Coriolis and D terms need q̇) or "differentiate" (``estimator``, a
+    low-pass at ``cutoff`` Hz)."""
+
+    def __init__(self, choice: str = "refuse", cutoff: float = 50.0) -> None:
+        self.choice = self.check(choice)
+        self.estimator = VelocityFromPositions(cutoff)
+
+    @staticmethod
+    def check(choice: str) -> str:
+        """``choice`` if it is one of ``MISSING_VELOCITY``, else ControllerError."""
+        if choice not in MISSING_VELOCITY:
+            raise ControllerError(f"missing_velocity {choice!r}: one of {MISSING_VELOCITY}")
+        return choice
+
+    def velocity(self, q: np.ndarray, t: float, max_gap: float) -> np.ndarray | None:
+        """q̇ for the positions ``q`` of a state without velocities at ``t`` (s); None: the
+        estimate needs one more state; ControllerError when such states are refused."""
+        if self.choice == "refuse":
+            raise ControllerError(
+                "joint_states: no velocities (positions only); q̇ is needed by the damping, "
+                "friction, Coriolis and D terms (set missing_velocity: differentiate to "
+                "estimate it from the positions)")
+        return self.estimator.update(q, t, max_gap)

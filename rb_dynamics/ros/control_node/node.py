@@ -49,6 +49,7 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 
 from rb_dynamics.control import (
     JointController,
+    MissingVelocity,
     check_gains,
 )
 from rb_dynamics.dynamics import LiveDynamics
@@ -145,8 +146,9 @@ class ControlNode(LifecycleNode):
         controller = JointController(
             model, joints, mode=value("mode"), kp=list(value("kp")), kd=list(value("kd")),
             friction_compensation=value("friction_compensation"),
-            max_state_age=value("state_timeout"), missing_velocity=value("missing_velocity"),
-            velocity_cutoff=value("velocity_cutoff"), dynamics=dynamics)
+            max_state_age=value("state_timeout"), dynamics=dynamics,
+            missing_velocity=MissingVelocity(value("missing_velocity"),
+                                             value("velocity_cutoff")))
         controller.effort_scale = value("effort_scale")
         self.payload.attach(controller)
         return controller
@@ -224,9 +226,10 @@ class ControlNode(LifecycleNode):
                 c.law.friction_compensation = changes.get("friction_compensation",
                                                           c.law.friction_compensation)
                 c.max_state_age = changes.get("state_timeout", c.max_state_age)
-                c.missing_velocity = changes.get("missing_velocity", c.missing_velocity)
-                if "velocity_cutoff" in changes:
-                    c.velocity_estimator.cutoff = changes["velocity_cutoff"]
+                missing = c.state_reader.missing_velocity
+                missing.choice = changes.get("missing_velocity", missing.choice)
+                missing.estimator.cutoff = changes.get("velocity_cutoff",
+                                                       missing.estimator.cutoff)
                 c.effort_scale = changes.get("effort_scale", c.effort_scale)
             if "max_publish_rate" in changes:
                 self.loop.set_max_rate(changes["max_publish_rate"])
