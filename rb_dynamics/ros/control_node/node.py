@@ -87,6 +87,7 @@ class ControlNode(LifecycleNode):
         self.loop = ControlLoop(self, self._joint_states_qos(settings["joint_states_qos"]),
                                 self.warn)
         self.loop.set_max_rate(settings["max_publish_rate"])
+        self.loop.stop_command = settings["stop_command"]
         self.model_loader = ModelLoader(self, self.loop, self._build_controller,
                                         self._installed)
         self.trajectory_action = TrajectoryAction(self, self.loop, self._is_active,
@@ -169,7 +170,7 @@ class ControlNode(LifecycleNode):
             if publishing is True:
                 self.loop.start_publishing()
             elif publishing is False:
-                self.loop.stop_publishing()
+                self.loop.stop_publishing(text)
             self.lifecycle_state = label
             self.get_logger().info(text)
             return TransitionCallbackReturn.SUCCESS
@@ -231,6 +232,7 @@ class ControlNode(LifecycleNode):
                 missing.estimator.cutoff = changes.get("velocity_cutoff",
                                                        missing.estimator.cutoff)
                 c.effort_scale = changes.get("effort_scale", c.effort_scale)
+            self.loop.stop_command = changes.get("stop_command", self.loop.stop_command)
             if "max_publish_rate" in changes:
                 self.loop.set_max_rate(changes["max_publish_rate"])
         if {"kp", "kd", "mode"} & set(changes):
