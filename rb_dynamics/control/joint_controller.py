@@ -276,8 +276,7 @@ class JointController:
 
     def update_state(self, names: Sequence[str], positions: Sequence[float],
                      velocities: Sequence[float], now: float, stamp: float | None = None) -> bool:
-        """A joint state by name received at ``now``, of the instant ``stamp`` (None: ``now``)
-        (``JointStateReader.read``); False: not taken."""
+        """``JointStateReader.read`` at ``now``, of ``stamp`` (None: ``now``); False: not taken."""
         q, v = self.state_reader.read(names, positions, velocities,
                                       now if stamp is None else stamp, self.max_state_age)
         if v is None:
