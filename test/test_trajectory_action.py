@@ -302,9 +302,9 @@ def test_cancel_holds_position(arm):
     assert np.all(moved > 0.02) and np.all(moved < 0.3), moved  # stopped on the way
 
 
-def test_a_cancel_is_never_rejected_even_for_a_goal_no_longer_executed(arm):
+def test_a_cancel_is_never_rejected_even_for_a_preempted_goal(arm):
     """JTC's cancel callback accepts every request. A cancel sent right behind a preempting
-    goal reaches the node while the preempted goal is still EXECUTING for rcl but no longer
+    goal reaches the node while the preempted goal is still EXECUTING for rcl but not
     executed by the node (the code this was written against rejected it then: return code
     ERROR_REJECTED); or it comes after its end (ERROR_GOAL_TERMINATED, answered by rcl) or
     before the preemption (the goal is cancelled). Never ERROR_REJECTED."""

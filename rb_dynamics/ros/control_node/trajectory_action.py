@@ -349,7 +349,7 @@ class TrajectoryAction:
             goal = self._goal
             if goal is None or goal.handle.goal_id != handle.goal_id:
                 # JTC's goal_cancelled_callback accepts whatever it is asked to cancel; a goal
-                # that is not being executed (any more) ends with the outcome it has
+                # the node does not execute ends with the outcome it has
                 return CancelResponse.ACCEPT
             self._end(goal, Outcome("cancel", SUCCESSFUL, "Goal cancelled: holding position",
                                     hold=True), self.loop.controller)
