@@ -46,10 +46,9 @@ from rb_dynamics.ros.conversions import to_seconds
 from rb_dynamics.ros.diagnostics import Statistics, Totals
 from rb_dynamics.ros.runtime import SpinThread, ThrottledLogger, take_queued
 
-__all__ = ["STOP_COMMANDS", "CommandMonitor", "ControlLoop", "StateRecorder", "gravity_effort"]
+__all__ = ["CommandMonitor", "ControlLoop", "StateRecorder", "gravity_effort"]
 
 AGE_SLOTS = 4096  # state ages kept per diagnostics period (preallocated: no allocation per state)
-STOP_COMMANDS = ("gravity", "zero", "none")  # the last command when the node stops commanding
 STALE_CHECK_PERIOD = 0.02  # s between checks that joint states still come while commanding
 ACK_WAIT = Duration(seconds=0.5)  # for the stop command to reach its reader at shutdown
 
@@ -78,7 +77,7 @@ class ControlLoop:
         self._monitor: CommandMonitor | None = None
         self._recorder: StateRecorder | None = None
         self._first_state: Callable[[], None] | None = None
-        self.stop_command = "gravity"  # one of STOP_COMMANDS
+        self.stop_command = "gravity"  # gravity, zero or none: the node's stop_command
         self._commanding = False  # a command went out since the last stop command
         self._last_state = -np.inf  # node clock (s) of the last state the controller took
         companion = Node(f"{node.get_name()}_control_loop", namespace=node.get_namespace(),
