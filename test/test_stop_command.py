@@ -49,29 +49,34 @@ def start(tmp_path, **params) -> Session:
     return rig
 
 
-def stop_command_after_silence(rig: Session, q: np.ndarray) -> list:
-    """Command the pose ``q``, then send nothing: the commands published after the control
-    command answering ``q`` (waited for over three state_timeouts)."""
+def after_silence(rig: Session, q: np.ndarray) -> tuple[list, np.ndarray | None]:
+    """Command the pose ``q``, then send nothing for three state_timeouts: the commands
+    published after the first one answering ``q`` but the last (answers to copies of the
+    state still in flight), and the last (None: there was none)."""
     commands = rig.commands
     assert rel_err(rig.command_after(JOINTS, q), toward(q)) <= 1e-9, rig.output()
-    count = rig.settle(commands)
-    rig.wait_for(lambda: False, 0.6)  # state_timeout is 0.2 s
-    return [np.array(c.data) for _, c in commands[count:]]
+    count = len(commands)
+    rig.wait_for(lambda: False, 0.9)  # state_timeout is 0.3 s
+    after = [np.array(c.data) for _, c in commands[count:]]
+    for command in after[:-1]:
+        assert rel_err(command, toward(q)) <= 1e-9, (after, rig.output())
+    return after[:-1], (after[-1] if after else None)
 
 
 def test_stale_states_end_with_the_chosen_stop_command(tmp_path):
-    rig = start(tmp_path, state_timeout=0.2)
+    rig = start(tmp_path, state_timeout=0.3)
     try:
         q = Q + 0.05
-        after = stop_command_after_silence(rig, q)  # the default: gravity
-        assert len(after) == 1 and rel_err(after[0], gravity(q)) <= 1e-9, (after, rig.output())
+        _, last = after_silence(rig, q)  # the default: gravity
+        assert last is not None and rel_err(last, gravity(q)) <= 1e-9, rig.output()
         assert rel_err(gravity(q), toward(q)) > 1e-2  # a different command from the last
         assert rig.wait_for_log("joint states stopped: stop command 'gravity'", 5.0)
         assert rig.set_parameters(stop_command="zero").successful
-        after = stop_command_after_silence(rig, Q)
-        assert len(after) == 1 and not after[0].any(), after
+        _, last = after_silence(rig, Q)
+        assert last is not None and not last.any(), last
         assert rig.set_parameters(stop_command="none").successful
-        assert stop_command_after_silence(rig, Q) == []
+        _, last = after_silence(rig, Q)
+        assert last is None or rel_err(last, toward(Q)) <= 1e-9, last
         assert not rig.set_parameters(stop_command="brake").successful
     finally:
         rig.close()
