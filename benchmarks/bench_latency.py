@@ -129,7 +129,7 @@ class _Driver:
     def send_set_point(self, joints: list[str], set_point) -> None:
         from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-        trajectory = self.node.create_publisher(JointTrajectory, "rb_dynamics/trajectory",
+        trajectory = self.node.create_publisher(JointTrajectory, "rb_dynamics/joint_trajectory",
                                                 self.qos)
         while trajectory.get_subscription_count() == 0:
             self.executor.spin_once(timeout_sec=0.01)

@@ -90,7 +90,8 @@ class ClosedLoop:
         self.t: list[float] = []
         self.q: list[np.ndarray] = []
         n.create_subscription(JointState, "joint_states", self._on_state, 10)
-        self.trajectory_pub = n.create_publisher(JointTrajectory, f"/{CONTROL}/trajectory", 10)
+        self.trajectory_pub = n.create_publisher(JointTrajectory,
+                                                 f"/{CONTROL}/joint_trajectory", 10)
         self.pause = n.create_client(SetBool, f"/{SIM}/pause")
         self.sim_payload = n.create_client(SetPayload, f"/{SIM}/set_payload")
         self.control_payload = n.create_client(SetPayload, f"/{CONTROL}/set_payload")

@@ -221,7 +221,8 @@ class Stream:
 
     def __init__(self, session: Session, names, q, period: float) -> None:
         self.sent = 0
-        msg = JointState(name=list(names), position=[float(x) for x in q])
+        msg = JointState(name=list(names), position=[float(x) for x in q],
+                         velocity=[0.0] * len(q))
         publisher = session.publisher(JointState, session.states_topic, session.state_qos)
 
         def publish() -> None:
@@ -338,9 +339,10 @@ class Session:
         return self.received(Float64MultiArray, self.commands_topic)
 
     def send_state(self, names, q, v=None, stamp_ns: int = 0, topic: str | None = None) -> None:
-        msg = JointState(name=list(names), position=[float(x) for x in q])
-        if v is not None:
-            msg.velocity = [float(x) for x in v]
+        """A joint state; ``v`` None: at rest (zero velocities, given: a state without them
+        is refused by default)."""
+        msg = JointState(name=list(names), position=[float(x) for x in q],
+                         velocity=[0.0] * len(q) if v is None else [float(x) for x in v])
         msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(stamp_ns, 1_000_000_000)
         self.publish_state(msg, topic)
 

@@ -16,6 +16,7 @@ from pin_oracle import REAL_ROBOTS, robots_dir
 from rb_dynamics.control import (
     ControllerError,
     JointController,
+    MissingVelocity,
     TrajectoryPoint,
     TrajectorySampler,
     evaluate_spline,
@@ -79,8 +80,10 @@ def test_joint_state_columns_are_cached_but_every_message_is_checked(panda):
         ctrl.update_state(shuffled, [*q[order], 9.0], [*(2 * q)[order], 9.0], 0.0)
         assert np.array_equal(ctrl.q, q) and np.array_equal(ctrl.v, 2 * q)
     for _ in range(2):  # in the model's order: copied as it is
+        ctrl.update_state(names, q.tolist(), (3 * q).tolist(), 0.0)
+        assert np.array_equal(ctrl.q, q) and np.array_equal(ctrl.v, 3 * q)
+    with pytest.raises(ControllerError, match="no velocities"):  # q̇ = 0 would be a guess
         ctrl.update_state(names, q.tolist(), [], 0.0)
-        assert np.array_equal(ctrl.q, q) and not ctrl.v.any()
     with pytest.raises(ControllerError, match="repeated"):
         ctrl.update_state(names[:-1] + names[:1], q, [], 0.0)
     with pytest.raises(ControllerError, match="missing joints"):
@@ -94,12 +97,35 @@ def test_joint_state_columns_are_cached_but_every_message_is_checked(panda):
     assert np.array_equal(ctrl.q, q)  # nothing refused changed the state
 
 
+def test_velocity_from_positions_is_a_filtered_difference_quotient(panda):
+    """missing_velocity differentiate: no state for the first positions, a ramp exactly,
+    a step in velocity approached as the first-order low-pass says, a gap starts again."""
+    cutoff, period = 20.0, 0.001
+    ctrl = JointController(panda, max_state_age=0.1,
+                           missing_velocity=MissingVelocity("differentiate", cutoff))
+    names, w = panda.joint_names, np.linspace(-0.4, 0.5, 8)
+    assert ctrl.update_state(names, np.zeros(8), [], 0.0) is False and ctrl.q is None
+    t, q = 0.0, np.zeros(8)
+    for _ in range(50):  # a ramp: the quotient itself
+        t, q = t + period, q + w * period
+        assert ctrl.update_state(names, q, [], t)
+        np.testing.assert_allclose(ctrl.v, w, rtol=1e-9, atol=1e-12)
+    for k in range(1, 200):  # the velocity doubles: 1 − exp(−2π f_c t) of the step
+        t, q = t + period, q + 2 * w * period
+        ctrl.update_state(names, q, [], t)
+        expected = w + w * (1.0 - np.exp(-2 * np.pi * cutoff * k * period))
+        np.testing.assert_allclose(ctrl.v, expected, rtol=1e-9, atol=1e-12)
+    assert ctrl.update_state(names, q, [], t + 0.2) is False  # a gap over max_state_age
+    assert ctrl.update_state(names, q + w * period, [], t + 0.2 + period)
+    np.testing.assert_allclose(ctrl.v, w, rtol=1e-9)
+
+
 def test_effort_limits_follow_effort_scale_and_the_commanded_joints(panda):
     q = np.array([0.0, -0.4, 0.0, -2.0, 0.0, 1.6, 0.8, 0.02])
     for joints in (None, ["panda_joint4", "panda_joint2"]):
         ctrl = JointController(panda, joints, mode="computed_torque", kp=2e4, kd=0.0,
                                max_state_age=1.0)
-        ctrl.update_state(panda.joint_names, q, [], 0.0)
+        ctrl.update_state(panda.joint_names, q, np.zeros(8), 0.0)
         ctrl.set_trajectory(panda.joint_names, [TrajectoryPoint(0.0, q + 0.5)], 0.0)
         index = ctrl.index
         for scale in (1.0, 0.25, 1.0):
@@ -118,7 +144,7 @@ def test_effort_limits_follow_effort_scale_and_the_commanded_joints(panda):
 
 def test_gravity_mode_errors_are_zero_and_read_only(panda):
     ctrl = JointController(panda, max_state_age=1.0)
-    ctrl.update_state(panda.joint_names, np.zeros(8), [], 0.0)
+    ctrl.update_state(panda.joint_names, np.zeros(8), np.zeros(8), 0.0)
     out = ctrl.compute(0.0)
     assert not out.position_error.any()
     with pytest.raises(ValueError):

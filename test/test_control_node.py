@@ -41,7 +41,7 @@ def toward(goal: np.ndarray, q: np.ndarray, kp=100.0) -> np.ndarray:
 
 def publish_set_point(rig: Session, goal: np.ndarray, names=JOINTS) -> None:
     order = [JOINTS.index(n) for n in names]
-    rig.publish_matched(JointTrajectory, "~/trajectory", JointTrajectory(
+    rig.publish_matched(JointTrajectory, "~/joint_trajectory", JointTrajectory(
         joint_names=list(names), points=[JointTrajectoryPoint(positions=goal[order].tolist())]))
 
 
@@ -53,6 +53,18 @@ def steers(rig: Session, ref: np.ndarray, q: np.ndarray = Q, **state) -> bool:
         return tau is not None and rel_err(tau, ref) <= 1e-9
 
     return rig.wait_for(equal, 10.0)
+
+
+def only_the_stop_command(new_commands: list, q: np.ndarray,
+                          control: np.ndarray | None = None) -> bool:
+    """Whether the commands published after the last usable state (``q``) are the default stop
+    command (once state_timeout passed: the gravity effort at ``q``) or a late answer to a copy
+    of that state still in flight (``control``; default: gravity compensation's) — none is an
+    answer to anything else."""
+    gravity = arm_torques(UR5, JOINTS, q, limit=MODEL.effort_limit)
+    control = gravity if control is None else control
+    return all(min(rel_err(np.array(c.data), gravity), rel_err(np.array(c.data), control))
+               <= 1e-9 for _, c in new_commands)
 
 
 def test_gravity_torques_equal_pinocchio_for_permuted_names(rig):
@@ -103,7 +115,8 @@ def test_bad_states_publish_nothing_and_are_reported(rig):
                                             (JOINTS, np.zeros(5)))):
         rig.send_state(names, positions)
         assert rig.wait_for_log("; not publishing", 5.0, count=k + 1), rig.output()
-    assert not rig.wait_for(lambda: len(commands) > count, 0.3)
+    rig.wait_for(lambda: False, 0.7)  # state_timeout is 0.5 s
+    assert only_the_stop_command(commands[count:], np.zeros(6))
     assert all(np.all(np.isfinite(c.data)) for _, c in commands)
     log = rig.output()
     assert "missing joints" in log and "NaN" in log and "6 names but 5 positions" in log
@@ -142,7 +155,7 @@ def test_hostile_states_and_trajectories_never_move_the_command(rig):
     publish_set_point(rig, Q_GOAL)
     assert steers(rig, toward(Q_GOAL, Q)), rig.output()
     for msg in hostile_trajectories():
-        rig.publish_matched(JointTrajectory, "~/trajectory", msg)
+        rig.publish_matched(JointTrajectory, "~/joint_trajectory", msg)
     # one writer's messages arrive in order: the last one refused means all were handled (the
     # trajectory warnings share one throttle, so the log shows only the first)
     assert rig.wait_for(lambda: any("negative header stamp -5" in kv.value
@@ -159,7 +172,8 @@ def test_hostile_states_and_trajectories_never_move_the_command(rig):
     for k, msg in enumerate(bad_states + [stamped]):  # one at a time: of a queue only the
         rig.publish_state(msg)                        # newest is handled
         assert rig.wait_for_log("; not publishing", 5.0, count=k + 1), rig.output()
-    assert not rig.wait_for(lambda: len(commands) > count, 0.3), \
+    rig.wait_for(lambda: False, 0.7)
+    assert only_the_stop_command(commands[count:], Q, toward(Q_GOAL, Q)), \
         "a command was published for a bad state"
 
     # the set-point still stands: the command is computed torque toward Q_GOAL
@@ -179,6 +193,57 @@ def test_hostile_states_and_trajectories_never_move_the_command(rig):
     assert rig.process.proc.poll() is None
 
 
+def test_positions_only_states_are_refused_with_the_reason_on_diagnostics(rig):
+    """A driver that publishes no velocities: no command (the code this was written against
+    took q̇ = 0 and published), the reason on /diagnostics and in the log."""
+    commands = rig.commands
+    rig.statuses()  # subscribed from here on
+    assert rig.command_after(JOINTS, Q) is not None, rig.output()
+    count = rig.settle(commands)
+    for _ in range(5):
+        # at another pose: a command answering them would be gravity there, not at Q
+        rig.publish_state(JointState(name=list(JOINTS), position=Q_GOAL.tolist()))
+    assert rig.wait_for(lambda: any("no velocities" in kv.value for _, s in rig.statuses()
+                                    for kv in s.values), 5.0), \
+        [s.values for _, s in rig.statuses()]
+    rig.wait_for(lambda: False, 0.7)
+    assert only_the_stop_command(commands[count:], Q), "a command was published"
+    assert "missing_velocity: differentiate" in rig.output()
+
+
+def test_velocity_from_positions_follows_a_ramp(rig):
+    """missing_velocity: differentiate: positions-only states of a ramp q = Q + w·t, stamped
+    every 10 ms; the computed-torque command for a set-point, M(kp(q_d − q) − kd·q̇) + C q̇ + g,
+    equals Pinocchio's at the ramp's true velocity w (the filter starts from the first
+    difference quotient: a ramp has no lag); the first state gives no command."""
+    assert rig.command_after(JOINTS, Q) is not None, rig.output()
+    assert rig.set_parameters(mode="computed_torque", missing_velocity="differentiate").successful
+    publish_set_point(rig, Q_GOAL)
+    assert steers(rig, toward(Q_GOAL, Q)), rig.output()
+    commands = rig.commands
+    count = rig.settle(commands)
+    w = np.array([0.3, -0.2, 0.25, 0.1, -0.4, 0.5])
+    start = rig.peer.node.get_clock().now().nanoseconds
+    for k in range(12):
+        q = Q + w * k * 0.01
+        msg = JointState(name=list(JOINTS), position=q.tolist())
+        msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(start + k * 10_000_000,
+                                                                1_000_000_000)
+        rig.publish_state(msg)
+        if k == 0:
+            assert not rig.wait_for(lambda n=count: len(commands) > n, 0.2)
+        else:
+            assert rig.wait_for(lambda n=count: len(commands) > n, 5.0), rig.output()
+        count = len(commands)
+    tau = np.array(commands[-1][1].data)
+    ref = arm_torques(UR5, JOINTS, q, w, 100.0 * (Q_GOAL - q) - 20.0 * w,
+                      limit=MODEL.effort_limit)
+    assert rel_err(tau, ref) <= 1e-6, (tau, ref)
+    still = arm_torques(UR5, JOINTS, q, np.zeros(6), 100.0 * (Q_GOAL - q),
+                        limit=MODEL.effort_limit)
+    assert rel_err(tau, still) > 1e-3  # the velocity terms do count here
+
+
 def test_stale_state_is_reported_on_diagnostics(rig):
     rig.statuses()  # subscribed from here on
     assert rig.command_after(JOINTS, np.zeros(6)) is not None, rig.output()
@@ -196,7 +261,7 @@ def test_diagnostics_account_for_every_state_and_report_its_age(rig):
     count = rig.settle(commands)
     clock = rig.peer.node.get_clock()
     for k in range(50):  # stamped, so that the node can tell how old each answered state is
-        msg = JointState(name=list(JOINTS), position=[0.0] * 6)
+        msg = JointState(name=list(JOINTS), position=[0.0] * 6, velocity=[0.0] * 6)
         msg.header.stamp = clock.now().to_msg()
         rig.publish_state(msg)
         assert rig.wait_for(lambda k=k: len(commands) > count + k, 5.0), rig.output()

@@ -202,9 +202,9 @@ def test_oversized_requests_are_refused_and_the_loop_keeps_its_pace(tmp_path):
             msg.points.append(p)
         return msg
 
-    node.publish_matched(JointTrajectory, "~/trajectory", trajectory(100_000))
+    node.publish_matched(JointTrajectory, "~/joint_trajectory", trajectory(100_000))
     assert node.wait_for_log("ignored unread", 20.0), node.output()
-    node.publish_matched(JointTrajectory, "~/trajectory", trajectory(10_000, 2.0))
+    node.publish_matched(JointTrajectory, "~/joint_trajectory", trajectory(10_000, 2.0))
     rollout = node.call(Simulate, "~/simulate", Simulate.Request(
         joint_names=UR5_JOINTS, positions=[0.0] * 6, duration=0.1,
         torque_mode="computed_torque", reference=trajectory(100_000)), timeout=30.0)
@@ -264,7 +264,7 @@ def test_a_trajectory_that_ended_is_refused_and_the_set_point_stands(tmp_path):
                         kd=[20.0])
     assert node.command_after(UR5_JOINTS, np.zeros(6)) is not None, node.output()
     goal = np.array([0.2, -0.3, 0.4, 0.1, 0.2, 0.3])
-    node.publish_matched(JointTrajectory, "~/trajectory", JointTrajectory(
+    node.publish_matched(JointTrajectory, "~/joint_trajectory", JointTrajectory(
         joint_names=UR5_JOINTS, points=[JointTrajectoryPoint(positions=goal.tolist())]))
     q = np.zeros(6)
     assert node.wait_for(lambda: rel_err(node.command_after(UR5_JOINTS, q),
@@ -274,7 +274,7 @@ def test_a_trajectory_that_ended_is_refused_and_the_set_point_stands(tmp_path):
     old.points[0].time_from_start.sec = 1
     now = time.time()
     old.header.stamp.sec, old.header.stamp.nanosec = int(now) - 10, 0
-    node.publish_matched(JointTrajectory, "~/trajectory", old)
+    node.publish_matched(JointTrajectory, "~/joint_trajectory", old)
     assert node.wait_for_log("ended", 5.0), node.output()
     assert rel_err(node.command_after(UR5_JOINTS, q), _pin_rnea(q, 100.0 * goal)) < 1e-9
     node.close()
@@ -288,7 +288,7 @@ def test_an_overflowing_reference_is_refused_cleanly_and_does_not_poison_the_nex
     statuses(node)  # subscribed from here on: the report of the refusal's second is not missed
     q = np.zeros(6)
     assert node.command_after(UR5_JOINTS, q) is not None, node.output()
-    node.publish_matched(JointTrajectory, "~/trajectory", JointTrajectory(
+    node.publish_matched(JointTrajectory, "~/joint_trajectory", JointTrajectory(
         joint_names=UR5_JOINTS, points=[JointTrajectoryPoint(positions=[1e308] * 6)]))
 
     def refused() -> bool:
@@ -302,7 +302,7 @@ def test_an_overflowing_reference_is_refused_cleanly_and_does_not_poison_the_nex
     assert not node.wait_for(lambda: len(commands) > count, 0.5), "a command for overflow"
     assert node.wait_for(lambda: any("not finite" in m for m in statuses(node)), 5.0)
     goal = np.array([0.2, -0.3, 0.4, 0.1, 0.2, 0.3])
-    node.publish_matched(JointTrajectory, "~/trajectory", JointTrajectory(
+    node.publish_matched(JointTrajectory, "~/joint_trajectory", JointTrajectory(
         joint_names=UR5_JOINTS, points=[JointTrajectoryPoint(positions=goal.tolist())]))
     assert node.wait_for(lambda: rel_err(node.command_after(UR5_JOINTS, q),
                                          _pin_rnea(q, 100.0 * goal)) < 1e-9, 10.0)

@@ -140,7 +140,8 @@ def test_rb_dynamics_launch_computes_gravity_torques(prefix, peer, tmp_path, for
         rng = np.random.default_rng(7)
         for _ in range(3):
             q = rng.uniform(-1.5, 1.5, len(joints))
-            message = JointState(name=list(joints), position=q.tolist())
+            message = JointState(name=list(joints), position=q.tolist(),
+                                 velocity=[0.0] * len(joints))
             answer = answer_after(peer, lambda m=message: states.publish(m), efforts, 30.0)
             assert answer is not None, launch.output()
             assert rel_err(np.array(answer.data), arm_torques(UR5, joints, q)) <= 1e-9

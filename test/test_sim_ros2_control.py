@@ -153,7 +153,8 @@ def test_panda_arm_tracks_under_computed_torque_while_the_fingers_follow_positio
     efforts: list[list[float]] = []
     peer.node.create_subscription(Float64MultiArray, "/effort_controller/commands",
                                   lambda m: efforts.append(list(m.data)), 10)
-    trajectory_pub = peer.node.create_publisher(JointTrajectory, "/rb_dynamics/trajectory", 10)
+    trajectory_pub = peer.node.create_publisher(JointTrajectory,
+                                                "/rb_dynamics/joint_trajectory", 10)
     pause = peer.node.create_client(SetBool, "/rb_simulator/pause")
     try:
         held_finger = _start_up_then_efforts(peer, hardware, efforts, trajectory_pub, pause,

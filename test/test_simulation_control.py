@@ -256,7 +256,7 @@ def test_controller_refuses_bad_state_and_stale_state(ur5):
         ctrl.update_state(ur5.joint_names, [0.0] * 5 + [np.nan], [], now=0.0)
     with pytest.raises(ControllerError, match="6 names but 5 positions"):
         ctrl.update_state(ur5.joint_names, [0.0] * 5, [], now=0.0)
-    ctrl.update_state(ur5.joint_names, [0.0] * 6, [], now=0.0)
+    ctrl.update_state(ur5.joint_names, [0.0] * 6, [0.0] * 6, now=0.0)
     with pytest.raises(ControllerError, match="stale"):
         ctrl.compute(0.2)
     with pytest.raises(ControllerError, match="unknown joint|not independent"):

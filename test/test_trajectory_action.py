@@ -10,6 +10,7 @@ rb_dynamics/ros/control_node/trajectory_action.py); CI has it.
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -271,15 +272,16 @@ def test_a_new_goal_preempts_the_old_one_and_a_topic_trajectory_preempts_too(arm
     assert arm.result(second)[0] == "SUCCEEDED"
     arm.wait_sim(0.1)
     assert np.abs(arm.q() - (q_start - 0.2)).max() < 1e-3
-    # a trajectory on ~/trajectory replaces the goal's: the goal is told
+    # a trajectory on ~/joint_trajectory replaces the goal's: the goal is told
     third = arm.send(arm.goal(q_start, duration=3.0))
     arm.wait_sim(0.3)
-    publisher = arm.peer.node.create_publisher(JointTrajectory, "/rb_dynamics/trajectory", 10)
+    publisher = arm.peer.node.create_publisher(JointTrajectory, "/rb_dynamics/joint_trajectory",
+                                               10)
     assert arm.peer.wait_for(lambda: publisher.get_subscription_count() > 0, 5.0)
     publisher.publish(JointTrajectory(joint_names=arm.joints, points=[JointTrajectoryPoint(
         positions=arm.q().tolist())]))
     assert arm.result(third) == ("ABORTED", Result.INVALID_GOAL,
-                                 "Current goal preempted by a trajectory on ~/trajectory.")
+                                 "Current goal preempted by a trajectory on ~/joint_trajectory.")
 
 
 def test_cancel_holds_position(arm):
@@ -300,6 +302,28 @@ def test_cancel_holds_position(arm):
     assert np.all(moved > 0.02) and np.all(moved < 0.3), moved  # stopped on the way
 
 
+def test_a_cancel_is_never_rejected_even_for_a_preempted_goal(arm):
+    """JTC's cancel callback accepts every request. A cancel sent right behind a preempting
+    goal reaches the node while the preempted goal is still EXECUTING for rcl but not
+    executed by the node (the code this was written against rejected it then: return code
+    ERROR_REJECTED); or it comes after its end (ERROR_GOAL_TERMINATED, answered by rcl) or
+    before the preemption (the goal is cancelled). Never ERROR_REJECTED."""
+    from action_msgs.srv import CancelGoal
+
+    q_start = arm.q()
+    for _ in range(3):
+        first = arm.send(arm.goal(q_start + 0.2, duration=3.0))
+        arm.wait_sim(0.2)
+        second = arm.client.send_goal_async(arm.goal(q_start, duration=1.0))
+        cancel = first.cancel_goal_async()
+        assert arm.peer.wait_for(lambda s=second, c=cancel: s.done() and c.done(), 10.0), \
+            arm.output()
+        assert cancel.result().return_code in (CancelGoal.Response.ERROR_NONE,
+                                               CancelGoal.Response.ERROR_GOAL_TERMINATED)
+        assert arm.result(first)[0] in ("ABORTED", "CANCELED")
+        assert arm.result(second.result())[0] == "SUCCEEDED"
+
+
 def test_invalid_goals_are_refused_with_the_reason_and_leave_the_active_goal_alone(arm):
     q = arm.q()
     active = arm.send(arm.goal(q + 0.1, duration=2.0))
@@ -316,11 +340,20 @@ def test_invalid_goals_are_refused_with_the_reason_and_leave_the_active_goal_alo
         arm.set_parameter("mode", "computed_torque")
 
 
+REJECTED = re.compile(r"goal rejected \(error_code (-?\d+)\): (.*)")
+
+
 def refused(arm, goal) -> tuple[int, str]:
-    """The error code and text of a goal that must be aborted."""
-    status, code, text = arm.run(goal)
-    assert status == "ABORTED", (status, code, text)
-    return code, text
+    """The error code and text of a goal that must be rejected in the goal callback, as JTC
+    does (the client sees accepted False; the node logs the code and the reason). The code
+    this was written against accepted such goals and aborted them: ``accepted`` was True."""
+    before = len(REJECTED.findall(arm.node.output()))
+    handle = arm.send(goal)
+    assert not handle.accepted, arm.result(handle)
+    assert arm.peer.wait_for(lambda: len(REJECTED.findall(arm.node.output())) > before, 5.0), \
+        arm.output()
+    code, text = REJECTED.findall(arm.node.output())[before]
+    return int(code), text
 
 
 def check_bad_joints_and_points_are_refused(arm, q) -> None:

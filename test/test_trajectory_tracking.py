@@ -162,10 +162,10 @@ def test_goal_time_zero_waits_as_long_as_it_takes_and_stopped_velocity_counts():
 
 def test_a_replaced_trajectory_or_mode_or_controller_ends_the_goal():
     arm = Arm(_defaults())
-    arm.c.trajectory = None  # what ~/trajectory or a cancel does, say
+    arm.c.trajectory = None  # what ~/joint_trajectory or a cancel does, say
     outcome = arm.step(0.2, arm.q0)
     assert (outcome.code, outcome.text) == (INVALID_GOAL, "Current goal preempted by a "
-                                            "trajectory on ~/trajectory.")
+                                            "trajectory on ~/joint_trajectory.")
     arm = Arm(_defaults())
     arm.c.set_mode("gravity_compensation")
     assert arm.step(0.2, arm.q0).text == "aborted: mode changed to gravity_compensation"

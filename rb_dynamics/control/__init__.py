@@ -2,7 +2,8 @@
 """Control without ROS: the control law, gravity compensation, computed torque and
 impedance (``law``); joint trajectories, their spline and sampler (``trajectory``);
 ``JointController``, both mapped by joint name (``joint_controller``); the effort bounds of
-ros2_control's soft joint limits (``limits``); and the feasibility of a trajectory against
+ros2_control's soft joint limits (``limits``); joint velocities from positions
+(``velocity``); and the feasibility of a trajectory against
 the URDF's limits (``feasibility``).
 
 Imports ``rb_dynamics.dynamics`` and ``rb_dynamics.model``.
@@ -50,6 +51,7 @@ from .trajectory import (
     shortest_way_start,
     spline_coefficients,
 )
+from .velocity import MISSING_VELOCITY, MissingVelocity, VelocityFromPositions
 
 __all__ = [
     "CONTROL_MODES",
@@ -63,6 +65,8 @@ __all__ = [
     "JointStateReader",
     "MAX_CHECKED_STATES",
     "MAX_SAMPLES_PER_SEGMENT",
+    "MISSING_VELOCITY",
+    "MissingVelocity",
     "MAX_TRAJECTORY_POINTS",
     "POSITION_BOUNDS_TOLERANCE",
     "REFERENCE_MODES",
@@ -70,6 +74,7 @@ __all__ = [
     "TrajectoryError",
     "TrajectoryPoint",
     "TrajectorySampler",
+    "VelocityFromPositions",
     "Violation",
     "bound_effort",
     "check_gains",

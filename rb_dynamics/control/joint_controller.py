@@ -28,6 +28,7 @@ from .trajectory import (
     TrajectorySampler,
     check_point_field,
 )
+from .velocity import MissingVelocity
 
 __all__ = ["ControlOutput", "JointController", "JointStateReader"]
 
@@ -46,17 +47,22 @@ class ControlOutput:
 class JointStateReader:
     """Joint states by name → (q, q̇) in model order; extra joints are ignored. The columns
     found for a list of names are kept for the next state (a driver sends the same names
-    every time); every message is checked."""
+    every time); every message is checked. A state without velocities goes to
+    ``missing_velocity`` (default: refused)."""
 
-    def __init__(self, model: Model):
+    def __init__(self, model: Model, missing_velocity: MissingVelocity | None = None):
         self.model = model
+        self.missing_velocity = missing_velocity or MissingVelocity()
         self.state_index = dict(zip(model.joint_names, model.joint_q_index))
         self._columns: tuple[list[str], tuple[np.ndarray, np.ndarray] | None] | None = None
 
     def read(self, names: Sequence[str], positions: Sequence[float],
-             velocities: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+             velocities: Sequence[float], t: float = 0.0, max_gap: float = math.inf
+             ) -> tuple[np.ndarray, np.ndarray | None]:
         """(q, q̇) as new arrays; ControllerError for lengths that do not match, repeated or
-        missing joints and values that are not finite (q̇ = 0 when no velocities come)."""
+        missing joints and values that are not finite. Without velocities q̇ is
+        ``missing_velocity``'s for the instant ``t`` (s; states further apart than ``max_gap``
+        s start its estimate again): None while it has none, ControllerError if refused."""
         if len(positions) != len(names):
             raise ControllerError(
                 f"joint_states: {len(names)} names but {len(positions)} positions"
@@ -78,6 +84,8 @@ class JointStateReader:
                 v[columns] = np.asarray(velocities, dtype=float)[rows]
         if not (math.isfinite(q.sum()) and math.isfinite(v.sum())):
             raise ControllerError("joint_states: NaN or inf in positions or velocities")
+        if not len(velocities):
+            return q, self.missing_velocity.velocity(q, t, max_gap)
         return q, v
 
     def _state_columns(self, names: Sequence[str]) -> tuple[np.ndarray, np.ndarray] | None:
@@ -171,6 +179,7 @@ class JointController:
         soft_limits: bool = False,
         interpolate_from_desired_state: bool = False,
         max_state_age: float = 0.1,
+        missing_velocity: MissingVelocity | None = None,
         dynamics: Dynamics | None = None,
     ):
         if not model.only_one_dof_joints:
@@ -184,7 +193,7 @@ class JointController:
             raise ControllerError(str(exc)) from None
         if len(set(self.joints)) != len(self.joints):
             raise ControllerError(f"joints {self.joints} has repeated names")
-        self.state_reader = JointStateReader(model)
+        self.state_reader = JointStateReader(model, missing_velocity)
         self.state_index = self.state_reader.state_index
         self.law = ControlLaw(dynamics or make_dynamics(model), mode,
                               friction_compensation=bool(friction_compensation))
@@ -266,10 +275,14 @@ class JointController:
     # -- inputs --------------------------------------------------------------------
 
     def update_state(self, names: Sequence[str], positions: Sequence[float],
-                     velocities: Sequence[float], now: float) -> None:
-        """A joint state by name (extra joints ignored); raises ControllerError if unusable."""
-        self.q, self.v = self.state_reader.read(names, positions, velocities)
-        self.state_time = now
+                     velocities: Sequence[float], now: float, stamp: float | None = None) -> bool:
+        """``JointStateReader.read`` at ``now``, of ``stamp`` (None: ``now``); False: not taken."""
+        q, v = self.state_reader.read(names, positions, velocities,
+                                      now if stamp is None else stamp, self.max_state_age)
+        if v is None:
+            return False
+        self.q, self.v, self.state_time = q, v, now
+        return True
 
     def prepare_trajectory(self, names: Sequence[str], points: Sequence[TrajectoryPoint],
                            start: float, now: float) -> TrajectorySampler:

@@ -172,7 +172,7 @@ class Observer:
                                       100)
         self.node.create_subscription(Clock, "/clock", self._on_clock, 100)
         self.trajectory_pub = self.node.create_publisher(JointTrajectory,
-                                                         f"/{CONTROL}/trajectory", 10)
+                                                         f"/{CONTROL}/joint_trajectory", 10)
         self.pause = self.node.create_client(SetBool, f"/{SIM}/pause")
 
     def _on_state(self, msg) -> None:

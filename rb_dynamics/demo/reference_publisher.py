@@ -33,7 +33,7 @@ class ReferenceNode(Node):
                   or self.get_parameter("urdf_path").value or str(DEFAULT_URDF))
         self.model = load_model(source)
         self.joints = self.model.actuated_joint_names
-        self.publisher = self.create_publisher(JointTrajectory, "/rb_dynamics/trajectory", 10)
+        self.publisher = self.create_publisher(JointTrajectory, "/rb_dynamics/joint_trajectory", 10)
         self.create_subscription(JointState, "joint_states", self._on_state, 10)
         self.sent = False
 

@@ -14,6 +14,12 @@ as superseded). ``lock`` keeps the controller consistent with the main thread, w
 models, trajectories and parameters: every such change is prepared outside it and installed
 with a reference assignment, so the loop never waits more than microseconds.
 
+When the node stops commanding (``stop_publishing``: deactivation, shutdown, ``stop``; or no
+usable joint state for ``state_timeout`` while commanding) it publishes one last command,
+``stop_command``: the forward effort controller downstream holds its last command for ever, so
+that message decides what the arm does (docs/trajectory_controller.md, "What the arm is left
+with").
+
 The other parts of the node talk to the loop through its methods: ``install`` a controller,
 ``start_publishing``/``stop_publishing``, ``set_max_rate``, ``reference_changed``/
 ``holding_on_purpose`` (whether "no reference yet" is to be logged), and three listeners
@@ -29,6 +35,7 @@ import time
 from collections.abc import Callable
 
 import numpy as np
+from rclpy.duration import Duration
 from rclpy.node import Node
 from rclpy.qos import QoSProfile
 from sensor_msgs.msg import JointState
@@ -39,9 +46,11 @@ from rb_dynamics.ros.conversions import to_seconds
 from rb_dynamics.ros.diagnostics import Statistics, Totals
 from rb_dynamics.ros.runtime import SpinThread, ThrottledLogger, take_queued
 
-__all__ = ["CommandMonitor", "ControlLoop", "StateRecorder"]
+__all__ = ["CommandMonitor", "ControlLoop", "StateRecorder", "gravity_effort"]
 
 AGE_SLOTS = 4096  # state ages kept per diagnostics period (preallocated: no allocation per state)
+STALE_CHECK_PERIOD = 0.02  # s between checks that joint states still come while commanding
+ACK_WAIT = Duration(seconds=0.5)  # for the stop command to reach its reader at shutdown
 
 # After each published command, on the loop thread under ``lock``, with the instant the
 # reference was sampled at, the controller and its output: it must take microseconds.
@@ -68,6 +77,9 @@ class ControlLoop:
         self._monitor: CommandMonitor | None = None
         self._recorder: StateRecorder | None = None
         self._first_state: Callable[[], None] | None = None
+        self.stop_command = "gravity"  # gravity, zero or none: the node's stop_command
+        self._commanding = False  # a command went out since the last stop command
+        self._last_state = -np.inf  # node clock (s) of the last state the controller took
         companion = Node(f"{node.get_name()}_control_loop", namespace=node.get_namespace(),
                          context=node.context, use_global_arguments=False,
                          start_parameter_services=False, enable_rosout=False)
@@ -75,9 +87,13 @@ class ControlLoop:
             Float64MultiArray, node.resolve_topic_name("~/effort_commands"), 100)
         self.state_sub = companion.create_subscription(
             JointState, node.resolve_topic_name("joint_states"), self._on_joint_state, qos)
+        companion.create_timer(STALE_CHECK_PERIOD, self._check_stale)
         self._spin = SpinThread(companion, "control loop")
 
     def stop(self) -> None:
+        """Stop commanding (the stop command goes out and is waited for), then the thread."""
+        self.stop_publishing("shutting down")
+        self.effort_pub.wait_for_all_acked(ACK_WAIT)
         self._spin.stop()
 
     # ------------------------------------------------------------------ for the other parts
@@ -102,10 +118,46 @@ class ControlLoop:
                 controller.trajectory, controller.hold_position = None, None
                 self._hold_reported = False
 
-    def stop_publishing(self) -> None:
-        """Take and count states, publish nothing (takes ``lock``)."""
+    def stop_publishing(self, why: str = "stopped") -> None:
+        """Take and count states, publish nothing more after the stop command, if efforts were
+        being published (``why``: for the log; takes ``lock``)."""
         with self.lock:
             self._publishing = False
+            self._send_stop_command(why)
+
+    def _send_stop_command(self, why: str) -> None:
+        """``stop_command`` once after the last command (under ``lock``)."""
+        if not self._commanding:
+            return
+        self._commanding = False
+        controller = self._controller
+        if self.stop_command == "none" or controller is None:
+            effort = None
+        elif self.stop_command == "zero":
+            effort = np.zeros(len(controller.joints))
+        else:
+            effort = gravity_effort(controller)
+        if effort is not None:
+            self._publish(effort)
+        self.node.get_logger().info(
+            f"{why}: stop command {self.stop_command!r}: "
+            + ("nothing published" if effort is None else f"{np.round(effort, 4).tolist()}"))
+
+    def _check_stale(self) -> None:
+        """On the loop thread: no usable state for ``state_timeout`` while commanding → the
+        stop command (commanding resumes with the next usable state)."""
+        controller = self._controller
+        if not self._commanding or controller is None:
+            return
+        age = self.now() - self._last_state
+        if age > controller.max_state_age:
+            with self.lock:
+                if self._commanding and self._controller is controller:
+                    why = self.stats.last_problem  # a refusal's reason stays in sight
+                    self.problem(f"no usable joint state for {age:.3f} s (state_timeout "
+                                 f"{controller.max_state_age} s): stopped commanding"
+                                 + (f" (last problem: {why})" if why else ""), "stale")
+                    self._send_stop_command("joint states stopped")
 
     def set_max_rate(self, rate: float) -> None:
         """At most ``rate`` commands per second (0: one per state)."""
@@ -178,18 +230,22 @@ class ControlLoop:
                          "publishing", "negative stamp")
             return False
         first = controller.q is None
+        stamp = to_seconds(msg.header.stamp)
         try:
-            controller.update_state(msg.name, msg.position, msg.velocity, now)
+            # velocities from positions are differenced over the instants the states describe
+            if not controller.update_state(msg.name, msg.position, msg.velocity, now,
+                                           stamp if stamp > 0.0 else now):
+                return False  # a velocity estimate needs one more state
         except ControllerError as exc:
             self.problem(f"{exc}; not publishing")
             return False
         if first and self._first_state is not None:
             self._first_state()
         self.stats.states += 1
+        self._last_state = now
         if not self._publishing or now - self._last_publish < self._min_period:
             return False
         started = time.perf_counter()
-        stamp = to_seconds(msg.header.stamp)
         # the reference is sampled at the instant the state describes, when it is stamped
         reference_time = stamp if stamp > 0.0 else now
         try:
@@ -198,6 +254,7 @@ class ControlLoop:
             self.problem(str(exc), "compute")
             return False
         self._publish(out.effort)
+        self._commanding = True
         elapsed = time.perf_counter() - started
         self._account(now, elapsed, stamp)
         if self._monitor is not None:
@@ -229,3 +286,17 @@ class ControlLoop:
         if stamp > 0.0 and self.stats.ages < len(self._ages):
             self._ages[self.stats.ages] = now + elapsed - stamp
             self.stats.ages += 1
+
+
+def gravity_effort(controller: JointController) -> np.ndarray | None:
+    """The gravity (+ payload) effort at the controller's last measured pose, in its joint
+    order, clamped as its commands are (N·m or N); None before its first state."""
+    q = controller.q
+    if q is None:
+        return None
+    law = controller.law
+    tau = law.dynamics.gravity(q)
+    if law.payload is not None:
+        tau = tau + law.payload.gravity(q)
+    limit = controller.model.effort_limit[controller.index] * controller.effort_scale
+    return np.clip(tau[controller.index], -limit, limit)

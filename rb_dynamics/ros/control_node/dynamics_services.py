@@ -383,7 +383,8 @@ class RollOut:
         controller = JointController(self.model, mode=mode, kp=gains(request.kp, DEFAULT_KP),
                                      kd=gains(request.kd, DEFAULT_KD), max_state_age=math.inf,
                                      dynamics=self.dyn)
-        controller.update_state(self.model.joint_names, self.q, [], 0.0)
+        # the reference starts from the initial positions at rest; effort_at takes the state
+        controller.update_state(self.model.joint_names, self.q, np.zeros(self.model.nv), 0.0)
         if mode == "computed_torque":
             reference = request.reference
             if not reference.points:

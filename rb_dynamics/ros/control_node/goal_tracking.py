@@ -160,7 +160,7 @@ class GoalTracker:
                 return Outcome("abort", INVALID_GOAL, f"aborted: mode changed to "
                                f"{controller.mode}")
             return Outcome("abort", INVALID_GOAL, "Current goal preempted by a trajectory on "
-                           "~/trajectory.")
+                           "~/joint_trajectory.")
         q_d, v_d, a_d = controller.last_reference
         index = controller.index  # fixed-base 1-DoF joints: q and q̇ share the index
         e_q = out.position_error  # q_d − q, wrapped on continuous joints, joints order

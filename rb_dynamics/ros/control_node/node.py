@@ -10,7 +10,7 @@ run-time parameters:
 - ``ModelLoader`` (model_loader.py): the robot, from ``ModelSource`` (the
   ``robot_description`` parameter, the ``/robot_description`` topic, ``urdf_path``), loaded
   off the executor thread and swapped in whole;
-- ``TrajectoryTopic`` (trajectory_topic.py): ``~/trajectory``;
+- ``TrajectoryTopic`` (trajectory_topic.py): ``~/joint_trajectory``;
 - ``TrajectoryAction`` (trajectory_action.py): ``~/follow_joint_trajectory``,
   ``~/controller_state``;
 - ``DynamicsServices`` (dynamics_services.py), ``PayloadServices`` (payload_services.py);
@@ -19,7 +19,7 @@ run-time parameters:
 
 Topics
     joint_states (sub, sensor_msgs/JointState)      mapped by name, any order, extras ignored
-    ~/trajectory (sub, trajectory_msgs/JointTrajectory)  reference for computed torque
+    ~/joint_trajectory (sub, trajectory_msgs/JointTrajectory)  reference for computed torque
     ~/effort_commands (pub, std_msgs/Float64MultiArray)  efforts ordered by ``joints``;
                                                     remap to <effort controller>/commands
     ~/controller_state (pub, control_msgs/JointTrajectoryControllerState)
@@ -49,6 +49,7 @@ from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 
 from rb_dynamics.control import (
     JointController,
+    MissingVelocity,
     check_gains,
 )
 from rb_dynamics.dynamics import LiveDynamics
@@ -86,6 +87,7 @@ class ControlNode(LifecycleNode):
         self.loop = ControlLoop(self, self._joint_states_qos(settings["joint_states_qos"]),
                                 self.warn)
         self.loop.set_max_rate(settings["max_publish_rate"])
+        self.loop.stop_command = settings["stop_command"]
         self.model_loader = ModelLoader(self, self.loop, self._build_controller,
                                         self._installed)
         self.trajectory_action = TrajectoryAction(self, self.loop, self._is_active,
@@ -146,7 +148,9 @@ class ControlNode(LifecycleNode):
         controller = JointController(
             model, joints, mode=value("mode"), kp=list(value("kp")), kd=list(value("kd")),
             friction_compensation=value("friction_compensation"),
-            max_state_age=value("state_timeout"), dynamics=dynamics)
+            max_state_age=value("state_timeout"), dynamics=dynamics,
+            missing_velocity=MissingVelocity(value("missing_velocity"),
+                                             value("velocity_cutoff")))
         controller.effort_scale = value("effort_scale")
         self.payload.attach(controller)
         return controller
@@ -167,7 +171,7 @@ class ControlNode(LifecycleNode):
             if publishing is True:
                 self.loop.start_publishing()
             elif publishing is False:
-                self.loop.stop_publishing()
+                self.loop.stop_publishing(text)
             self.lifecycle_state = label
             self.get_logger().info(text)
             return TransitionCallbackReturn.SUCCESS
@@ -224,7 +228,12 @@ class ControlNode(LifecycleNode):
                 c.law.friction_compensation = changes.get("friction_compensation",
                                                           c.law.friction_compensation)
                 c.max_state_age = changes.get("state_timeout", c.max_state_age)
+                missing = c.state_reader.missing_velocity
+                missing.choice = changes.get("missing_velocity", missing.choice)
+                missing.estimator.cutoff = changes.get("velocity_cutoff",
+                                                       missing.estimator.cutoff)
                 c.effort_scale = changes.get("effort_scale", c.effort_scale)
+            self.loop.stop_command = changes.get("stop_command", self.loop.stop_command)
             if "max_publish_rate" in changes:
                 self.loop.set_max_rate(changes["max_publish_rate"])
         if {"kp", "kd", "mode"} & set(changes):

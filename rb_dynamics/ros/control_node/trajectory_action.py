@@ -91,6 +91,7 @@ class TrajectoryAction:
         self._states: deque[tuple] = deque(maxlen=MAX_PENDING_STATES)
         self._next_state = -math.inf
         self._new_joints: list[str] = []  # joints whose constraints.* are to be declared
+        self._prepared: dict[int, GoalTracker] = {}  # goal callback → accepted callback
         node.add_on_set_parameters_callback(self._on_set_parameters)
         group = ReentrantCallbackGroup()
         # woken from the loop thread (a goal ended, a state is due) and the model loader
@@ -247,9 +248,17 @@ class TrajectoryAction:
     # -- the action server's callbacks
 
     def _on_goal(self, goal: Any) -> Any:
+        """JTC's ``goal_received_callback``: a goal that cannot be followed is rejected (the
+        client sees ``accepted`` False; the reason and error code go to the log, as JTC)."""
         from rclpy.action import GoalResponse
 
-        return GoalResponse.ACCEPT  # refusals are told with a reason: see _on_accepted
+        try:
+            tracker = self._prepare(goal)
+        except GoalError as exc:
+            self.log.error(f"goal rejected (error_code {exc.code}): {exc}")
+            return GoalResponse.REJECT
+        self._prepared[id(goal)] = tracker  # the same request object comes to _on_accepted
+        return GoalResponse.ACCEPT
 
     def _prepare(self, goal: Any) -> GoalTracker:
         """A tracker for ``goal`` (GoalError with the Result code and the reason)."""
@@ -289,11 +298,9 @@ class TrajectoryAction:
         return GoalTracker(controller, sampler, tolerances)
 
     def _on_accepted(self, handle: Any) -> None:
-        try:
-            goal = self._prepare(handle.request)
-        except GoalError as exc:
-            self.log.error(f"goal refused: {exc}")
-            handle.execute(functools.partial(self._refuse, exc))
+        goal = self._prepared.pop(id(handle.request), None)
+        if goal is None:  # not through _on_goal: never expected
+            handle.execute(self._unexpected)
             return
         goal.handle = handle
         with self.loop.lock:
@@ -341,7 +348,9 @@ class TrajectoryAction:
         with self.loop.lock:
             goal = self._goal
             if goal is None or goal.handle.goal_id != handle.goal_id:
-                return CancelResponse.REJECT  # not being executed (any more)
+                # JTC's goal_cancelled_callback accepts whatever it is asked to cancel; a goal
+                # the node does not execute ends with the outcome it has
+                return CancelResponse.ACCEPT
             self._end(goal, Outcome("cancel", SUCCESSFUL, "Goal cancelled: holding position",
                                     hold=True), self.loop.controller)
             self._finished.remove(goal)

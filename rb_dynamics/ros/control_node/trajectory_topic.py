@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""``~/trajectory`` (trajectory_msgs/JointTrajectory): a reference for computed torque, taken
+"""``~/joint_trajectory`` (trajectory_msgs/JointTrajectory): a reference for computed torque, taken
 as the controller's new trajectory.
 
 The message is taken as bytes: one larger than ``MAX_TRAJECTORY_POINTS`` points can take is
@@ -27,7 +27,7 @@ __all__ = ["TrajectoryTopic"]
 
 
 class TrajectoryTopic:
-    """The ``~/trajectory`` subscription of a control node driving ``loop``.
+    """The ``~/joint_trajectory`` subscription of a control node driving ``loop``.
 
     ``lifecycle_state`` returns the node's state (only an active node takes trajectories),
     ``get_model`` its model (None: not loaded yet).
@@ -40,7 +40,8 @@ class TrajectoryTopic:
         self._early: JointTrajectory | None = None
         first_state = node.create_guard_condition(self._start_early)
         loop.set_first_state_callback(first_state.trigger)
-        node.create_subscription(JointTrajectory, "~/trajectory", self._on_bytes, 10, raw=True)
+        node.create_subscription(JointTrajectory, "~/joint_trajectory", self._on_bytes, 10,
+                                 raw=True)
 
     def _on_bytes(self, data: bytes) -> None:
         model = self.get_model()
