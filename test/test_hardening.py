@@ -157,18 +157,28 @@ def test_loading_a_large_model_never_stalls_the_loop_or_the_services(tmp_path):
             node.wait_for(seen, 0.1)
 
     probe("dynamics kernels: c", 1, 90.0)
+    # the baseline, on this machine under its load now: the loop and a service call with
+    # nothing being built
+    quiet, until = len(commands), time.monotonic() + 1.5
+    node.wait_for(lambda: time.monotonic() >= until, 5.0)  # 1.5 s of streaming
+    baseline_gap = gaps([t for t, _ in commands[quiet:]])
+    began = time.monotonic()
+    node.call(InverseDynamics, "~/inverse_dynamics", inverse_request(names, q))
+    baseline_call = time.monotonic() - began
+    start, latencies[:] = len(commands), []
     heavier = chain_urdf(n, "chain60_heavier", mass=0.2)  # new kernels: a new compile
     node.describe(heavier)
     probe("dynamics kernels: c", 2, 90.0)
     node.wait_for(lambda: len(commands) > start + 100, 5.0)
     times = [t for t, _ in commands[start:]]
-    print(f"\n60-link chain, two builds: largest command gap {1e3 * gaps(times):.1f} ms over "
-          f"{len(times)} commands; service latency max {1e3 * max(latencies):.0f} ms")
+    print(f"\n60-link chain rebuilt: largest command gap {1e3 * gaps(times):.1f} ms over "
+          f"{len(times)} commands (baseline {1e3 * baseline_gap:.1f} ms); service latency max "
+          f"{1e3 * max(latencies):.0f} ms (baseline {1e3 * baseline_call:.0f} ms)")
     assert node.output().count("dynamics kernels: c") >= 2, node.output()
-    # seconds before; 36–90 ms here now (the kernel build itself holds the interpreter
-    # ≤ 11 ms at a time), and more when the machine's two cores are shared
-    assert gaps(times) < 0.25
-    assert max(latencies) < 1.0
+    # a build that held the loop took seconds; the build holds the interpreter only in short
+    # slices, so the loop's largest gap stays within a few of its quiet ones
+    assert gaps(times) < 0.25 + 4.0 * baseline_gap
+    assert max(latencies) < 1.0 + 4.0 * baseline_call
     node.close()
 
 
