@@ -29,7 +29,13 @@ from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
-from rb_dynamics.control import ControllerError, ControlOutput, JointController, TrajectorySampler
+from rb_dynamics.control import (
+    REFERENCE_MODES,
+    ControllerError,
+    ControlOutput,
+    JointController,
+    TrajectorySampler,
+)
 from rb_dynamics.ros import parameters as ros_params
 from rb_dynamics.ros.conversions import (
     ConversionError,
@@ -260,10 +266,11 @@ class TrajectoryAction:
         if controller is None:
             raise GoalError(INVALID_GOAL, "this model has nothing to command" if
                             self.has_model() else "no robot description loaded yet")
-        if controller.mode != "computed_torque":
+        if controller.mode not in REFERENCE_MODES:
             raise GoalError(INVALID_GOAL, f"the controller is in {controller.mode!r} mode; set "
-                            "mode to 'computed_torque' to follow trajectories (ros2 param set "
-                            f"{self.node.get_fully_qualified_name()} mode computed_torque)")
+                            f"mode to one of {REFERENCE_MODES} to follow trajectories (ros2 "
+                            f"param set {self.node.get_fully_qualified_name()} mode "
+                            "computed_torque)")
         check_goal_message(goal, controller.joints,
                            self.settings["allow_nonzero_velocity_at_trajectory_end"])
         trajectory = goal.trajectory
