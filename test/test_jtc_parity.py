@@ -11,7 +11,8 @@ impedance mode did not exist (the node had no ``impedance.*`` parameters and ref
 outside computed torque), a point with efforts was refused with INVALID_GOAL, the node had no
 ``soft_limits`` or ``interpolate_from_desired_state`` parameter (a parameter file naming one
 is fine, but the commands did not depend on it), and ``friction_compensation`` defaulted to
-false, with which the default goal below aborts short of its tolerance.
+false, with which the default goal below aborts short of its tolerance (and the continuous
+joint's light wrist does not arrive).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from rb_dynamics.ros.control_node.trajectory_action import MISSING
 pytestmark = pytest.mark.skipif(MISSING is not None, reason=str(MISSING))
 if MISSING is None:
     from control_msgs.action import FollowJointTrajectory
+    from control_msgs.msg import JointTolerance
     from rclpy.action import ActionClient
     from trajectory_msgs.msg import JointTrajectoryPoint
 
@@ -220,8 +222,6 @@ def test_the_defaults_reach_a_tight_goal_on_an_arm_with_joint_losses(tmp_path):
         goal.trajectory.joint_names = list(rig.joints)
         goal.trajectory.points = [_point(1.0, (q0 + q1) / 2), _point(2.0, q1)]
         goal.trajectory.points[0].velocities = []  # JTC: velocities from the spline
-        from control_msgs.msg import JointTolerance
-
         goal.goal_tolerance = [JointTolerance(name=n, position=0.02) for n in rig.joints]
         goal.goal_time_tolerance.sec = 1
         status, code, text = rig.run(goal, timeout=120.0)
@@ -327,8 +327,10 @@ def continuous_arm(directory: Path) -> Path:
 
 
 def test_a_continuous_joint_takes_the_short_way(tmp_path):
-    """wrist_3 (continuous) from 3.0 to −3.0 rad: the goal succeeds sweeping 2π − 6 ≈
-    0.28 rad through ±π, not 6 rad."""
+    """wrist_3 (continuous) from 3.0 to −3.0 rad: the goal succeeds inside a 0.01 rad goal
+    tolerance, sweeping 2π − 6 ≈ 0.28 rad through ±π, not 6 rad. (The controller shifted the
+    start by whole turns before this work; on that node the test fails because its light
+    wrist, without friction compensation, does not arrive.)"""
     urdf = continuous_arm(tmp_path)
     start = Q0.copy()
     start[5] = 3.0
@@ -341,6 +343,8 @@ def test_a_continuous_joint_takes_the_short_way(tmp_path):
             goal = FollowJointTrajectory.Goal()
             goal.trajectory.joint_names = list(rig.joints)
             goal.trajectory.points = [_point(1.0, q1)]  # JTC: the start wraps, not the points
+            goal.goal_tolerance = [JointTolerance(name="wrist_3_joint", position=0.01)]
+            goal.goal_time_tolerance.sec = 2
             status, code, text = rig.run(goal, timeout=120.0)
             path = np.unwrap([m.position[list(m.name).index("wrist_3_joint")]
                               for m in record.states])
