@@ -368,5 +368,36 @@ def test_soft_limits_bound_gravity_compensation_too(single, tmp_path):
     q[0], v[0] = 1.2, 0.5
     for on, expected in ((True, -50.0 * (0.5 + np.pi / 180.0)), (False, 0.0)):
         rig = single(urdf_path=str(urdf), friction_compensation=False, soft_limits=on)
+        rig.node.statuses()  # subscribed from here on
         tau = rig.command(q, v)
         assert abs(tau[0] - expected) < 1e-9, (on, tau)
+        if on:  # /diagnostics says so, and names the joint the bound acted on
+            node = rig.node
+            assert node.wait_for(lambda: "shoulder_pan_joint" in said(node).get(
+                "clamped joints", ""), 5.0), said(node)
+            assert said(node)["soft limits"].startswith("on (shoulder_pan_joint"), said(node)
+
+
+def said(node: Session) -> dict[str, str]:
+    """The key/values of the node's statuses on /diagnostics so far, the latest winning."""
+    return {kv.key: kv.value for _, status in node.statuses() for kv in status.values}
+
+
+def test_the_integral_term_is_bounded_by_i_clamp(single):
+    """Impedance without spring or damper, ki > 0: a constant error of 0.1 rad integrates
+    until the term reaches −i_clamp, per joint; a bad i_clamp is refused by name."""
+    i_clamp = np.array([0.5, 0.4, 0.3, 0.2, 0.1, 0.05])
+    rig = single(mode="impedance", **{"impedance.stiffness": [0.0], "impedance.damping": [0.0]},
+                 ki=[100.0], i_clamp=i_clamp.tolist(), friction_compensation=False,
+                 soft_limits=False)
+    rig.command(Q0)
+    q = Q0 + 0.1
+    stream = rig.node.stream_states(JOINTS, q)  # 100 · 0.1 rad/s: the clamp within 0.05 s
+    try:
+        rig.node.wait_for(lambda: False, 0.5)
+    finally:
+        stream.stop()
+    term = rig.command(q) - pin_gravity(DEFAULT_URDF, q)
+    np.testing.assert_allclose(term, -i_clamp, rtol=1e-9)
+    result = rig.node.set_parameters(i_clamp=[-1.0])
+    assert not result.successful and "i_clamp[0] = -1.0" in result.reason, result
