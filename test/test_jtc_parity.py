@@ -372,10 +372,13 @@ def test_soft_limits_bound_gravity_compensation_too(single, tmp_path):
         tau = rig.command(q, v)
         assert abs(tau[0] - expected) < 1e-9, (on, tau)
         if on:  # /diagnostics says so, and names the joint the bound acted on
-            node = rig.node
-            assert node.wait_for(lambda: "shoulder_pan_joint" in said(node).get(
-                "clamped joints", ""), 5.0), said(node)
-            assert said(node)["soft limits"].startswith("on (shoulder_pan_joint"), said(node)
+            check_soft_limits_said(rig.node)
+
+
+def check_soft_limits_said(node: Session) -> None:
+    assert node.wait_for(lambda: "shoulder_pan_joint" in said(node).get(
+        "clamped joints", ""), 5.0), said(node)
+    assert said(node)["soft limits"].startswith("on (shoulder_pan_joint"), said(node)
 
 
 def said(node: Session) -> dict[str, str]:

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The rb_dynamics control node: gravity compensation and computed torque for a real arm.
+"""The rb_dynamics control node: gravity compensation, computed torque and impedance for a real
+arm.
 
 A thin layer over the engine: ``JointController`` (the control law, name mapping, staleness,
 clamping), ``LiveDynamics`` (the one dynamics object the controller, the services and
