@@ -79,18 +79,28 @@ def fresh_name(base: str) -> str:
     return f"{base}_{next(_serial)}"
 
 
-def answer_after(peer: Peer, send: Callable[[], None], answers: list, timeout: float = 5.0):
-    """Send the same message every 0.1 s until answers come; the last one is returned.
+IN_FLIGHT_S = 0.1  # answers to messages sent this long before are taken to have arrived
 
-    Every message sent is the same, and DDS keeps one writer's order, so once the answers to
-    messages still in flight have arrived (the answers go quiet) the last answer is this
-    message's. None on timeout.
+
+def answer_after(peer: Peer, send: Callable[[], None], answers: list, timeout: float = 5.0):
+    """Send the same message every 20 ms until answers come, and on for ``IN_FLIGHT_S`` after
+    the first; the last answer is returned (None on timeout).
+
+    Every message sent is the same, and DDS keeps one writer's order, so the answers to
+    messages still in flight arrive first and the last one is this message's. The sending goes
+    on while they arrive: a node that stops hearing states sends its ``stop_command`` after
+    ``state_timeout``, which would otherwise be taken for the answer.
     """
     before = len(answers)
-    for _ in range(int(timeout / 0.1)):
+    deadline = time.monotonic() + timeout
+    first = None
+    while time.monotonic() < deadline:
         send()
-        if peer.wait_for(lambda: len(answers) > before, 0.1):
-            peer.settle(answers)
+        peer.spin_for(0.02)
+        now = time.monotonic()
+        if first is None and len(answers) > before:
+            first = now
+        if first is not None and now - first >= IN_FLIGHT_S:
             return answers[-1]
     return None
 
@@ -148,6 +158,12 @@ class Peer:
                 return True
             self.executor.spin_once(timeout_sec=0.02)
         return condition()
+
+    def spin_for(self, seconds: float) -> None:
+        """Spin for ``seconds``, handling whatever arrives."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            self.executor.spin_once(timeout_sec=min(left, 0.02))
 
     def settle(self, growing: list, quiet: float = 0.1, timeout: float = 5.0) -> int:
         """Spin until ``growing`` has not grown for ``quiet`` seconds (what was in flight has

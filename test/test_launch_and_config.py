@@ -60,6 +60,7 @@ SPECIAL: dict[str, Any] = {
     "servo_gain_joints": ["wrist_1_joint"],
     "servo_kp": [150.0],
     "servo_kd": [6.0],
+    "ki": [0.5],
     "payload.link": "tool0",
     "payload.com": [0.0, 0.0, 0.05],
     "payload.inertia": [0.01, 0.0, 0.0, 0.02, 0.0, 0.03],

@@ -388,7 +388,8 @@ def check_bad_joints_and_points_are_refused(arm, q) -> None:
 
 
 def check_late_goals_and_bad_tolerances_are_refused(arm, q) -> None:
-    """A goal that ends in the past; a negative or unknown joint's tolerance; efforts."""
+    """A goal that ends in the past; a negative or unknown joint's tolerance; efforts of the
+    wrong length."""
     if arm.sim_time() < 3.5:
         arm.wait_sim(3.5 - arm.sim_time())
     goal = arm.goal(q)
@@ -403,8 +404,9 @@ def check_late_goals_and_bad_tolerances_are_refused(arm, q) -> None:
     goal.path_tolerance = _tolerances(["elsewhere"], 0.1)
     assert refused(arm, goal)[0] == Result.INVALID_JOINTS
     goal = arm.goal(q)
-    goal.trajectory.points[0].effort = [1.0] * len(arm.joints)
-    assert refused(arm, goal)[0] == Result.INVALID_GOAL
+    goal.trajectory.points[0].effort = [1.0]  # one value for six joints
+    code, text = refused(arm, goal)
+    assert code == Result.INVALID_GOAL and "effort: 1 values" in text, text
 
 
 def test_a_partial_goal_moves_its_joints_and_holds_the_others(arm):

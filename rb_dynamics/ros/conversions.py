@@ -57,12 +57,14 @@ def from_seconds(seconds: float, message: Any) -> Any:
 
 
 def trajectory_points(points: Sequence[Any], field: str = "points") -> list[TrajectoryPoint]:
-    """trajectory_msgs/JointTrajectoryPoint → TrajectoryPoint (empty arrays: not given)."""
+    """trajectory_msgs/JointTrajectoryPoint → TrajectoryPoint (empty arrays: not given; the
+    effort is the feed-forward added to the law's)."""
     if len(points) > MAX_TRAJECTORY_POINTS:
         raise ConversionError(f"{field}: {len(points)} points; at most {MAX_TRAJECTORY_POINTS}")
     return [TrajectoryPoint(to_seconds(p.time_from_start), p.positions,
                             p.velocities if len(p.velocities) else None,
-                            p.accelerations if len(p.accelerations) else None) for p in points]
+                            p.accelerations if len(p.accelerations) else None,
+                            p.effort if len(p.effort) else None) for p in points]
 
 
 class JointLayout:

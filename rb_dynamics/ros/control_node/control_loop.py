@@ -41,7 +41,7 @@ from rclpy.qos import QoSProfile
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, MultiArrayDimension
 
-from rb_dynamics.control import ControllerError, ControlOutput, JointController
+from rb_dynamics.control import REFERENCE_MODES, ControllerError, ControlOutput, JointController
 from rb_dynamics.ros.conversions import to_seconds
 from rb_dynamics.ros.diagnostics import Statistics, Totals
 from rb_dynamics.ros.runtime import SpinThread, ThrottledLogger, take_queued
@@ -262,10 +262,10 @@ class ControlLoop:
         if out.clamped:
             self.stats.clamped.update(out.clamped)
             self.problem(f"effort clamped to the limit on {out.clamped}", "clamp")
-        if controller.mode == "computed_torque" and controller.trajectory is None \
+        if controller.mode in REFERENCE_MODES and controller.trajectory is None \
                 and not self._hold_reported:
-            self.node.get_logger().info("computed torque: no reference yet, holding the "
-                                        "measured position (gravity + PD)")
+            self.node.get_logger().info(f"{controller.mode}: no reference yet, holding the "
+                                        "measured position")
             self._hold_reported = True
         return True
 

@@ -19,7 +19,7 @@ from rb_dynamics.ros.conversions import from_seconds
 
 from .goal_tracking import GoalTracker
 
-__all__ = ["fill_controller_state", "fill_feedback"]
+__all__ = ["fill_controller_state", "fill_feedback", "new_controller_state"]
 
 
 def fill_feedback(feedback: Any, goal: GoalTracker) -> None:
@@ -77,3 +77,13 @@ def _fill(point: Any, t_from_start: float | None, *arrays: np.ndarray) -> None:
         setattr(point, name, _doubles(values))
     if t_from_start is not None:
         from_seconds(max(t_from_start, 0.0), point.time_from_start)
+
+
+def new_controller_state(message_class: type) -> Any:
+    """An empty control_msgs/JointTrajectoryControllerState of ``message_class``, its speed
+    scaling 1 where the interface has that field (control_msgs ≥ 5: Jazzy on; Humble's class
+    refuses the name as a constructor argument or an attribute)."""
+    message = message_class()
+    if "speed_scaling_factor" in message.get_fields_and_field_types():
+        message.speed_scaling_factor = 1.0
+    return message

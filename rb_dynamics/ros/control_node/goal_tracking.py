@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from rclpy.task import Future
 
-from rb_dynamics.control import ControlOutput, JointController, TrajectorySampler
+from rb_dynamics.control import REFERENCE_MODES, ControlOutput, JointController, TrajectorySampler
 from rb_dynamics.model import name_list, repeated_names
 
 __all__ = [
@@ -156,7 +156,7 @@ class GoalTracker:
             return Outcome("abort", INVALID_GOAL, "aborted: a new robot description replaced "
                            "the controller")
         if controller.trajectory is not self.sampler:
-            if controller.mode != "computed_torque":
+            if controller.mode not in REFERENCE_MODES:
                 return Outcome("abort", INVALID_GOAL, f"aborted: mode changed to "
                                f"{controller.mode}")
             return Outcome("abort", INVALID_GOAL, "Current goal preempted by a trajectory on "
@@ -226,9 +226,10 @@ def check_goal_message(goal: Any, joints: Sequence[str], allow_moving_end: bool)
     if not trajectory.points:
         raise GoalError(INVALID_GOAL, "trajectory.points is empty")
     for k, point in enumerate(trajectory.points):
-        if len(point.effort):
-            raise GoalError(INVALID_GOAL, f"trajectory.points[{k}].effort: efforts are not "
-                            "taken (the controller computes them); leave it empty")
+        if len(point.effort) not in (0, len(names)):
+            raise GoalError(INVALID_GOAL, f"trajectory.points[{k}].effort: {len(point.effort)} "
+                            f"values for {len(names)} joints (a feed-forward effort per joint, "
+                            "or none)")
     last = trajectory.points[-1].velocities
     if not allow_moving_end and len(last) == len(names):
         moving = [(n, v) for n, v in zip(names, last) if abs(v) > FLOAT32_EPS]

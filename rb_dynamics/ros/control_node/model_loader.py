@@ -5,7 +5,7 @@ executor thread, and all of it swapped in whole.
 Parsing a big URDF never stalls the services, and the control loop goes on with the old model
 until the new one is installed. A description that cannot be used leaves the old model in
 place and is said (``refused``); one refused for its gains (a ``ControllerError``) is tried
-again when ``kp``, ``kd`` or ``mode`` change (``retry``).
+again when the law's gains or ``mode`` change (``retry``).
 """
 
 from __future__ import annotations

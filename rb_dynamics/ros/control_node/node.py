@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The rb_dynamics control node: gravity compensation and computed torque for a real arm.
+"""The rb_dynamics control node: gravity compensation, computed torque and impedance for a real
+arm.
 
 A thin layer over the engine: ``JointController`` (the control law, name mapping, staleness,
 clamping), ``LiveDynamics`` (the one dynamics object the controller, the services and
@@ -47,11 +48,7 @@ from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackRet
 from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 
-from rb_dynamics.control import (
-    JointController,
-    MissingVelocity,
-    check_gains,
-)
+from rb_dynamics.control import JointController
 from rb_dynamics.dynamics import LiveDynamics
 from rb_dynamics.model import Model
 from rb_dynamics.ros import parameters as ros_params
@@ -61,6 +58,12 @@ from rb_dynamics.ros.runtime import ThrottledLogger, refuse_invalid_transitions
 
 from .control_loop import ControlLoop
 from .dynamics_services import DynamicsServices
+from .law_parameters import (
+    LAW_PARAMETERS,
+    apply_law_changes,
+    check_law_changes,
+    controller_options,
+)
 from .model_loader import ModelLoader
 from .payload_services import PAYLOAD_PARAMETERS, PayloadServices
 from .status import ControlStatus
@@ -80,8 +83,7 @@ class ControlNode(LifecycleNode):
         super().__init__(NODE_NAME, **kwargs)
         ros_params.declare(self, PARAMETERS)
         settings = ros_params.read(self, PARAMETERS)  # a bad file: the node does not start
-        check_gains(settings["kp"], "kp")
-        check_gains(settings["kd"], "kd")
+        check_law_changes(settings, None)  # the gains' values; their count with a model
         self.lifecycle_state = "unconfigured"
         self.warn = ThrottledLogger(self.get_logger())
         self.loop = ControlLoop(self, self._joint_states_qos(settings["joint_states_qos"]),
@@ -145,12 +147,8 @@ class ControlNode(LifecycleNode):
         if self.get_parameter("floating_base").value or not model.actuated_joint_names:
             return None
         joints = list(value("joints")) or None
-        controller = JointController(
-            model, joints, mode=value("mode"), kp=list(value("kp")), kd=list(value("kd")),
-            friction_compensation=value("friction_compensation"),
-            max_state_age=value("state_timeout"), dynamics=dynamics,
-            missing_velocity=MissingVelocity(value("missing_velocity"),
-                                             value("velocity_cutoff")))
+        controller = JointController(model, joints, dynamics=dynamics,
+                                     **controller_options(value))
         controller.effort_scale = value("effort_scale")
         self.payload.attach(controller)
         return controller
@@ -214,29 +212,17 @@ class ControlNode(LifecycleNode):
                     changes[name] = ros_params.check(name, PARAMETERS[name], value)
             c = self.loop.controller
             count = None if c is None else len(c.joints)
-            kp = check_gains(changes["kp"], "kp", count) if "kp" in changes else None
-            kd = check_gains(changes["kd"], "kd", count) if "kd" in changes else None
+            gains = check_law_changes(changes, count)
         except ValueError as exc:
             self.get_logger().warning(f"parameter change refused: {exc}")
             return SetParametersResult(successful=False, reason=str(exc))
         with self.loop.lock:  # every change is valid: the control loop sees all or none
-            if c is not None:
-                c.set_gains(kp, kd)
-                if "mode" in changes:
-                    c.set_mode(changes["mode"])
-                    self.loop.reference_changed()
-                c.law.friction_compensation = changes.get("friction_compensation",
-                                                          c.law.friction_compensation)
-                c.max_state_age = changes.get("state_timeout", c.max_state_age)
-                missing = c.state_reader.missing_velocity
-                missing.choice = changes.get("missing_velocity", missing.choice)
-                missing.estimator.cutoff = changes.get("velocity_cutoff",
-                                                       missing.estimator.cutoff)
-                c.effort_scale = changes.get("effort_scale", c.effort_scale)
+            if c is not None and apply_law_changes(c, changes, gains):
+                self.loop.reference_changed()
             self.loop.stop_command = changes.get("stop_command", self.loop.stop_command)
             if "max_publish_rate" in changes:
                 self.loop.set_max_rate(changes["max_publish_rate"])
-        if {"kp", "kd", "mode"} & set(changes):
+        if set(LAW_PARAMETERS) & set(changes):
             self.model_loader.retry(changes)  # a description refused for its gains
         return SetParametersResult(successful=True)
 

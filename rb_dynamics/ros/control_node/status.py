@@ -11,15 +11,29 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rclpy.node import Node
 
+from rb_dynamics.control import JointController
 from rb_dynamics.ros.diagnostics import controller_level, period_values, status
 
 from .control_loop import ControlLoop
 from .model_loader import ModelLoader
 
-__all__ = ["ControlStatus"]
+__all__ = ["ControlStatus", "soft_limits"]
+
+
+def soft_limits(controller: JointController) -> str:
+    """What bounds the efforts besides the effort limits: "off", or "on" and the commanded
+    joints the URDF gives velocity or <safety_controller> limits (the joints the limits acted
+    on are among "clamped joints")."""
+    if not controller.soft_limits:
+        return "off"
+    model = controller.model
+    limited = [name for name, k in zip(controller.joints, controller.index)
+               if np.isfinite(model.velocity_limit[k]) or np.isfinite(model.k_velocity[k])]
+    return f"on ({', '.join(limited) or 'no limits in the URDF'})"
 
 
 class ControlStatus:
@@ -58,7 +72,7 @@ class ControlStatus:
         else:
             age = controller.state_age(self.loop.now())
             values.update({"model": model.name, "mode": controller.mode,
-                           "lifecycle state": state,
+                           "lifecycle state": state, "soft limits": soft_limits(controller),
                            **period_values(stats, totals, ages, age)})
             level, message = controller_level(stats, age, controller.max_state_age)
             if state != "active":

@@ -29,7 +29,13 @@ from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
-from rb_dynamics.control import ControllerError, ControlOutput, JointController, TrajectorySampler
+from rb_dynamics.control import (
+    REFERENCE_MODES,
+    ControllerError,
+    ControlOutput,
+    JointController,
+    TrajectorySampler,
+)
 from rb_dynamics.ros import parameters as ros_params
 from rb_dynamics.ros.conversions import (
     ConversionError,
@@ -38,7 +44,7 @@ from rb_dynamics.ros.conversions import (
 )
 
 from .control_loop import ControlLoop
-from .controller_messages import fill_controller_state, fill_feedback
+from .controller_messages import fill_controller_state, fill_feedback, new_controller_state
 from .goal_tracking import (
     INVALID_GOAL,
     OLD_HEADER_TIMESTAMP,
@@ -104,10 +110,7 @@ class TrajectoryAction:
 
         self.state_pub = node.create_publisher(JointTrajectoryControllerState,
                                                "~/controller_state", 10)
-        self._state_msg = JointTrajectoryControllerState()  # reused
-        # a field since control_msgs 5 (Jazzy): Humble's class refuses the name
-        if "speed_scaling_factor" in self._state_msg.get_fields_and_field_types():
-            self._state_msg.speed_scaling_factor = 1.0
+        self._state_msg = new_controller_state(JointTrajectoryControllerState)  # reused
         # the few states of a batch that was not filled (the loop stopped): out within 0.1 s
         node.create_timer(0.1, self._on_news, callback_group=group)
         self.server = ActionServer(
@@ -269,10 +272,11 @@ class TrajectoryAction:
         if controller is None:
             raise GoalError(INVALID_GOAL, "this model has nothing to command" if
                             self.has_model() else "no robot description loaded yet")
-        if controller.mode != "computed_torque":
+        if controller.mode not in REFERENCE_MODES:
             raise GoalError(INVALID_GOAL, f"the controller is in {controller.mode!r} mode; set "
-                            "mode to 'computed_torque' to follow trajectories (ros2 param set "
-                            f"{self.node.get_fully_qualified_name()} mode computed_torque)")
+                            f"mode to one of {REFERENCE_MODES} to follow trajectories (ros2 "
+                            f"param set {self.node.get_fully_qualified_name()} mode "
+                            "computed_torque)")
         check_goal_message(goal, controller.joints,
                            self.settings["allow_nonzero_velocity_at_trajectory_end"])
         trajectory = goal.trajectory

@@ -1,0 +1,74 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The control law's run-time parameters → ``JointController``: its construction options
+and changes to a running one, validated before anything is set (no rclpy import).
+
+The gains (``kp``, ``kd``, ``impedance.stiffness``, ``impedance.damping``, ``ki``,
+``i_clamp``) are one value per commanded joint or one for all; a refusal names the parameter
+and its bad entry. The switches (``friction_compensation``, ``soft_limits``,
+``interpolate_from_desired_state``), ``state_timeout``, ``effort_scale`` and the handling of
+joint states without velocities (``missing_velocity``, ``velocity_cutoff``) apply as they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from rb_dynamics.control import JointController, MissingVelocity, check_gains
+
+__all__ = ["GAINS", "LAW_PARAMETERS", "apply_law_changes", "check_law_changes",
+           "controller_options"]
+
+# parameter → JointController.set_gains keyword; i_clamp alone may be inf (unclamped)
+GAINS = {"kp": "kp", "kd": "kd", "impedance.stiffness": "stiffness",
+         "impedance.damping": "damping", "ki": "ki", "i_clamp": "i_clamp"}
+# the parameters whose change rebuilds a description refused for them
+LAW_PARAMETERS = (*GAINS, "mode")
+
+
+def _check(name: str, value: Any, count: int | None) -> np.ndarray:
+    return check_gains(value, name, count, allow_inf=GAINS[name] == "i_clamp")
+
+
+def check_law_changes(changes: dict[str, Any], count: int | None) -> dict[str, np.ndarray]:
+    """The gains among ``changes``, validated for ``count`` commanded joints (None: values
+    only), by ``set_gains`` keyword; ``ControllerError`` naming the parameter otherwise."""
+    return {GAINS[name]: _check(name, value, count)
+            for name, value in changes.items() if name in GAINS}
+
+
+def controller_options(value: Callable[[str], Any]) -> dict[str, Any]:
+    """``JointController`` keywords from the parameters (``value(name)``)."""
+    options = {keyword: list(value(name)) for name, keyword in GAINS.items()}
+    options.update(mode=value("mode"), friction_compensation=value("friction_compensation"),
+                   soft_limits=value("soft_limits"),
+                   interpolate_from_desired_state=value("interpolate_from_desired_state"),
+                   max_state_age=value("state_timeout"),
+                   missing_velocity=MissingVelocity(value("missing_velocity"),
+                                                    value("velocity_cutoff")))
+    return options
+
+
+def apply_law_changes(controller: JointController, changes: dict[str, Any],
+                      gains: dict[str, np.ndarray]) -> bool:
+    """Set validated ``changes`` (``gains`` from ``check_law_changes``) on ``controller``
+    (under the control loop's lock); True when the mode changed."""
+    if gains:
+        controller.set_gains(**gains)
+    mode_changed = "mode" in changes
+    if mode_changed:
+        controller.set_mode(changes["mode"])
+    law = controller.law
+    law.friction_compensation = changes.get("friction_compensation", law.friction_compensation)
+    if "soft_limits" in changes and changes["soft_limits"] != controller.soft_limits:
+        controller.soft_limits = changes["soft_limits"]
+    controller.interpolate_from_desired_state = changes.get(
+        "interpolate_from_desired_state", controller.interpolate_from_desired_state)
+    controller.max_state_age = changes.get("state_timeout", controller.max_state_age)
+    controller.effort_scale = changes.get("effort_scale", controller.effort_scale)
+    missing = controller.state_reader.missing_velocity
+    missing.choice = changes.get("missing_velocity", missing.choice)
+    missing.estimator.cutoff = changes.get("velocity_cutoff", missing.estimator.cutoff)
+    return mode_changed
