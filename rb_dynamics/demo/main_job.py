@@ -141,10 +141,15 @@ def _start_nodes(urdf: Path, plan: Plan, mode: str, lockstep: bool,
         "urdf_path": str(urdf), "initial_positions": plan.q0.tolist(), "publish_rate": 1000.0,
         "time_step": 0.001, "integrator": "semi_implicit_euler", "publish_clock": True,
         "command_timeout": 0.2, "start_paused": True, "lockstep": lockstep}, [], log_dir)
+    # The demo measures how exactly the law follows a fast reference. The node's soft limits
+    # (ros2_control's effort-interface limiter, on by default where the URDF has a
+    # <safety_controller>, as panda's has) bound the effort pushing a joint along its motion to
+    # k_velocity·(v_limit − v): near the speeds this reference reaches that is less than gravity
+    # asks of panda's shoulder, so the demo turns them off (docs/trajectory_controller.md).
     control = _spawn("rb_dynamics.ros.control_node", {
         "urdf_path": str(urdf), "mode": mode, "kp": [KP], "kd": [KD],
-        "friction_compensation": True, "state_timeout": 0.1, "use_sim_time": True},
-        ["-r", f"~/effort_commands:=/{SIM}/commands"], log_dir)
+        "friction_compensation": True, "soft_limits": False, "state_timeout": 0.1,
+        "use_sim_time": True}, ["-r", f"~/effort_commands:=/{SIM}/commands"], log_dir)
     return sim, control
 
 
