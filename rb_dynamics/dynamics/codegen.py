@@ -166,6 +166,16 @@ class _Tree:
         f = [[(b.mass, u[k], None)] + [(-c, x, y) for c, x, y in hw[k]] for k in range(3)]
         return n, f
 
+    def velocity_product_force(self, i: int, vw, vu) -> tuple[list, list]:
+        """Terms of v ×* (I v), the bias force of body ``i`` at velocity (vw, vu); I v (its
+        momentum) is emitted, the cross products stay terms."""
+        iv_ang, iv_lin = self.inertia_terms(i, vw, vu)
+        momentum_ang = [self.emit.sum_of_products(t) for t in iv_ang]
+        momentum_lin = [self.emit.sum_of_products(t) for t in iv_lin]
+        bias_ang = [x + y for x, y in zip(cross_terms(vw, momentum_ang),
+                                          cross_terms(vu, momentum_lin))]
+        return bias_ang, cross_terms(vw, momentum_lin)
+
     def undefined(self, bodies: list[int]) -> Undefined:
         """The error for a joint (moving ``bodies``) whose articulated inertia is exactly zero."""
         moved = set(bodies)
@@ -180,6 +190,12 @@ class _Tree:
 
 
 # ----------------------------------------------------------------------------- transforms
+
+
+def _motion_cross_terms(vw, vu, wJ, uJ) -> tuple[list, list]:
+    """Terms of v × v_J for motions v = (vw, vu), v_J = (wJ, uJ): (vw × wJ, vw × uJ + vu × wJ)."""
+    return (cross_terms(vw, wJ),
+            [x + y for x, y in zip(cross_terms(vw, uJ), cross_terms(vu, wJ))])
 
 
 def joint_transforms(tree: _Tree, q: list) -> list[Transform]:
@@ -239,8 +255,7 @@ def rnea(tree: _Tree, q, v, a, X=None) -> list:
             vw, vu = X[i].apply_motion(emit, vel[p][0], vel[p][1], as_terms(wJ),
                                        as_terms(uJ))
             # a = X a_p + S q̈ + v × vJ
-            cw = cross_terms(vw, wJ)
-            cu = [x + y for x, y in zip(cross_terms(vw, uJ), cross_terms(vu, wJ))]
+            cw, cu = _motion_cross_terms(vw, vu, wJ, uJ)
             aw, au = X[i].apply_motion(emit, acc[p][0], acc[p][1],
                                        [[(1.0, awJ[k], None)] + cw[k] for k in range(3)],
                                        [[(1.0, auJ[k], None)] + cu[k] for k in range(3)])
@@ -251,12 +266,7 @@ def rnea(tree: _Tree, q, v, a, X=None) -> list:
             f_ang[i] = [emit.sum_of_products(t) for t in ia_ang]
             f_lin[i] = [emit.sum_of_products(t) for t in ia_lin]
         else:
-            iv_ang, iv_lin = tree.inertia_terms(i, vw, vu)
-            momentum_ang = [emit.sum_of_products(t) for t in iv_ang]
-            momentum_lin = [emit.sum_of_products(t) for t in iv_lin]
-            bias_ang = [x + y for x, y in zip(cross_terms(vw, momentum_ang),
-                                              cross_terms(vu, momentum_lin))]
-            bias_lin = cross_terms(vw, momentum_lin)
+            bias_ang, bias_lin = tree.velocity_product_force(i, vw, vu)
             f_ang[i] = [emit.sum_of_products(ia_ang[k] + bias_ang[k]) for k in range(3)]
             f_lin[i] = [emit.sum_of_products(ia_lin[k] + bias_lin[k]) for k in range(3)]
     tau_terms: list[list] = [[] for _ in range(tree.model.nv)]
@@ -409,17 +419,11 @@ def _aba_velocities(tree: _Tree, X, v) -> tuple[list, list, list]:
         else:
             vw, vu = X[i].apply_motion(emit, vel[p][0], vel[p][1], as_terms(wJ),
                                        as_terms(uJ))
-            cw = cross_terms(vw, wJ)
-            cu = [x + y for x, y in zip(cross_terms(vw, uJ), cross_terms(vu, wJ))]
+            cw, cu = _motion_cross_terms(vw, vu, wJ, uJ)
             c[i] = ([emit.sum_of_products(t) for t in cw],
                     [emit.sum_of_products(t) for t in cu])
         vel[i] = (vw, vu)
-        iv_ang, iv_lin = tree.inertia_terms(i, vw, vu)
-        momentum_ang = [emit.sum_of_products(t) for t in iv_ang]
-        momentum_lin = [emit.sum_of_products(t) for t in iv_lin]
-        bias_ang = [x + y for x, y in zip(cross_terms(vw, momentum_ang),
-                                          cross_terms(vu, momentum_lin))]
-        bias_lin = cross_terms(vw, momentum_lin)
+        bias_ang, bias_lin = tree.velocity_product_force(i, vw, vu)
         pA[i] = [list(bias_ang[k]) for k in range(3)] + [bias_lin[k] for k in range(3)]
         # articulated inertia as term lists for the 6×6 upper triangle
         I6 = _rigid_inertia_matrix(b)
