@@ -43,11 +43,6 @@ SOFT_LIMIT_REACH_VELOCITY = math.pi / 180.0
 _VALUE_CONSIDERED_ZERO = 1e-10
 
 
-def _clamp(x: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
-    """``np.clip`` for low ≤ high, with less overhead per call."""
-    return np.minimum(np.maximum(x, low), high)
-
-
 class EffortLimiter:
     """The limiter of one model: what depends only on the URDF is found once, so that
     ``bounds`` and ``enforce`` cost little per state (a control loop calls them for every
@@ -71,31 +66,42 @@ class EffortLimiter:
         self._soft = s = np.flatnonzero(soft)
         self._damped = d = np.flatnonzero(damped)
         self._v_limit, self._e_limit = v_limit, e_limit
+        self._neg_v_limit, self._neg_e_limit = -v_limit, -e_limit
         self._lower_q, self._upper_q = lower_q, upper_q
-        # the constants of the soft and the damped coordinates, gathered once
-        self._soft_terms = (v_limit[s], model.soft_lower[s], model.soft_upper[s],
-                            k_position[s], lower_q[s] - POSITION_BOUNDS_TOLERANCE,
+        # the constants of the soft coordinates, gathered once: −k_position, and the range
+        # in which a joint is past neither a soft nor a hard limit (the common case)
+        self._soft_terms = (v_limit[s], -v_limit[s], model.soft_lower[s], model.soft_upper[s],
+                            -k_position[s], lower_q[s] - POSITION_BOUNDS_TOLERANCE,
                             upper_q[s] + POSITION_BOUNDS_TOLERANCE)
-        self._damped_terms = (k_velocity[d], e_limit[d])
+        self._inside = (np.maximum(model.soft_lower[s], lower_q[s] - POSITION_BOUNDS_TOLERANCE),
+                        np.minimum(model.soft_upper[s], upper_q[s] + POSITION_BOUNDS_TOLERANCE))
+        self._damped_terms = (-k_velocity[d], e_limit[d], -e_limit[d])
+        # every coordinate soft / damped (an arm with a <safety_controller> on each joint):
+        # whole arrays, no gathering and scattering per state
+        self._all_soft = s.size == model.nv
+        self._all_damped = d.size == model.nv
 
     def velocity_bounds(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(v_min, v_max) over v at position q: step 1 of the module docstring."""
-        v_limit = self._v_limit
-        v_min, v_max = -v_limit, v_limit.copy()
         s = self._soft
-        if s.size:
-            limit, soft_lower, soft_upper, k_position, below_hard, above_hard = self._soft_terms
-            qs = q[s]
-            low = _clamp(-k_position * (qs - soft_lower), -limit, limit)
-            high = _clamp(-k_position * (qs - soft_upper), -limit, limit)
+        if not s.size:
+            return self._neg_v_limit.copy(), self._v_limit.copy()
+        limit, neg_limit, soft_lower, soft_upper, neg_k_position, below_hard, above_hard = \
+            self._soft_terms
+        qs = q if self._all_soft else q[s]
+        low = np.minimum(np.maximum(neg_k_position * (qs - soft_lower), neg_limit), limit)
+        high = np.minimum(np.maximum(neg_k_position * (qs - soft_upper), neg_limit), limit)
+        inside_low, inside_high = self._inside
+        if not ((qs >= inside_low) & (qs <= inside_high)).all():
             past_hard = (qs < below_hard) | (qs > above_hard)
             past_soft = ~past_hard & ((qs < soft_lower) | (qs > soft_upper))
-            if past_soft.any():
-                low[past_soft] = np.copysign(SOFT_LIMIT_REACH_VELOCITY, low[past_soft])
-                high[past_soft] = np.copysign(SOFT_LIMIT_REACH_VELOCITY, high[past_soft])
-            if past_hard.any():
-                low[past_hard] = high[past_hard] = 0.0
-            v_min[s], v_max[s] = low, high
+            low[past_soft] = np.copysign(SOFT_LIMIT_REACH_VELOCITY, low[past_soft])
+            high[past_soft] = np.copysign(SOFT_LIMIT_REACH_VELOCITY, high[past_soft])
+            low[past_hard] = high[past_hard] = 0.0
+        if self._all_soft:
+            return low, high
+        v_min, v_max = self._neg_v_limit.copy(), self._v_limit.copy()
+        v_min[s], v_max[s] = low, high
         return v_min, v_max
 
     def bounds(self, q: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -105,23 +111,32 @@ class EffortLimiter:
         the lower one, as ``std::clamp`` does)."""
         q = np.asarray(q, dtype=float)
         v = np.asarray(v, dtype=float)
-        v_limit, e_limit = self._v_limit, self._e_limit
-        # 2. the hard bounds (compute_effort_limits); with effort limits ≥ 0 they never cross
-        lower, upper = -e_limit, e_limit.copy()
-        at_lower = (q <= self._lower_q) & (v <= 0.0)  # never on unlimited joints (−inf)
-        at_upper = ~at_lower & (q >= self._upper_q) & (v >= 0.0)
-        too_slow = v < -v_limit
-        lower[at_lower | too_slow] = 0.0
-        upper[at_upper | (~too_slow & (v > v_limit))] = 0.0
+        v_limit = self._v_limit
+        # 2. the hard bounds (compute_effort_limits); with effort limits ≥ 0 they never cross.
+        # They differ from ±effort limit only at a position limit or past a velocity limit.
+        lower, upper = self._neg_e_limit.copy(), self._e_limit.copy()
+        if ((q <= self._lower_q) | (q >= self._upper_q) | (np.abs(v) > v_limit)).any():
+            at_lower = (q <= self._lower_q) & (v <= 0.0)  # never on unlimited joints (−inf)
+            at_upper = ~at_lower & (q >= self._upper_q) & (v >= 0.0)
+            too_slow = v < -v_limit
+            lower[at_lower | too_slow] = 0.0
+            upper[at_upper | (~too_slow & (v > v_limit))] = 0.0
         d = self._damped
         if d.size:  # the k_velocity bounds, intersected with those
             v_min, v_max = self.velocity_bounds(q)
-            k_velocity, limit = self._damped_terms
-            vd = v[d]
-            soft_min = _clamp(-k_velocity * (vd - v_min[d]), -limit, limit)
-            soft_max = _clamp(-k_velocity * (vd - v_max[d]), -limit, limit)
-            lower[d] = np.maximum(soft_min, lower[d])
-            upper[d] = np.minimum(soft_max, upper[d])
+            neg_k_velocity, limit, neg_limit = self._damped_terms
+            if self._all_damped:
+                vd = v
+            else:
+                vd, v_min, v_max = v[d], v_min[d], v_max[d]
+            soft_min = np.minimum(np.maximum(neg_k_velocity * (vd - v_min), neg_limit), limit)
+            soft_max = np.minimum(np.maximum(neg_k_velocity * (vd - v_max), neg_limit), limit)
+            if self._all_damped:
+                np.maximum(soft_min, lower, out=lower)
+                np.minimum(soft_max, upper, out=upper)
+            else:
+                lower[d] = np.maximum(soft_min, lower[d])
+                upper[d] = np.minimum(soft_max, upper[d])
         return lower, upper
 
     def enforce(self, tau: np.ndarray, q: np.ndarray, v: np.ndarray
