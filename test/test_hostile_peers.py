@@ -84,6 +84,12 @@ def test_long_name_lists_are_refused_at_once_and_named_briefly(tmp_path):
                         name=fresh_name("rb_dynamics_names"))
     try:
         assert node.command_after(JOINTS, np.zeros(len(JOINTS))) is not None, node.output()
+        # the baseline, in this run: a goal naming one unknown joint
+        goal = FollowJointTrajectory.Goal()
+        goal.trajectory.joint_names = ["no_such_joint"]
+        goal.trajectory.points = [JointTrajectoryPoint(positions=[0.0])]
+        goal.trajectory.points[0].time_from_start.sec = 1
+        _, _, baseline = _goal_outcome(node, goal)
         for names, code in ((["elbow_joint"] * 20_000, "repeated"),
                             ([f"joint_{k}" for k in range(100_000)], "unknown")):
             goal = FollowJointTrajectory.Goal()
@@ -92,10 +98,12 @@ def test_long_name_lists_are_refused_at_once_and_named_briefly(tmp_path):
             point.time_from_start.sec = 1
             goal.trajectory.points = [point]
             outcome, text, seconds = _goal_outcome(node, goal)
-            print(f"\n{len(names)} {code} names: {outcome} in {seconds:.2f} s, "
-                  f"{len(text)} characters")
+            print(f"\n{len(names)} {code} names: {outcome} in {seconds:.2f} s (one name: "
+                  f"{baseline:.3f} s), {len(text)} characters")
             assert outcome in ("rejected", "-2"), (outcome, text)  # INVALID_JOINTS
-            assert seconds < 5.0 and len(text) < 1000, (seconds, text[:300])
+            # building and sending the long goal is this process's work too: a second, and
+            # a few times the one-name answer, however fast the machine
+            assert seconds < 1.0 + 10.0 * baseline and len(text) < 1000, (seconds, text[:300])
             assert _state(node) == "active"  # the executor answers
     finally:
         node.close()
@@ -113,17 +121,19 @@ def test_a_joint_commands_message_with_thousands_of_names_is_refused_at_once(tmp
         assert sim.wait_for_log("dynamics for the steps", 60.0), sim.output()
         publisher = sim.publisher(JointState, "~/joint_commands")
         assert sim.wait_for(lambda: publisher.get_subscription_count() > 0, 10.0)
+        quiet = len(states)  # the baseline, in this run: 50 states with nothing to decode
+        assert sim.wait_for(lambda: len(states) > quiet + 50, 10.0), sim.output()
+        baseline = float(np.diff([t for t, _ in states[quiet:]]).max())
         names = ["elbow_joint"] * 30_001
+        sent = len(states)
         publisher.publish(JointState(name=names, effort=[0.0] * len(names)))
         assert sim.wait_for_log("appear more than once", 10.0), sim.output()
-        before = len(states)
-        began = time.monotonic()
-        assert sim.wait_for(lambda: len(states) > before + 50, 10.0), sim.output()
-        arrivals = [t for t, _ in states[before - 1:]]
-        print(f"\nlargest gap in joint_states around the message: "
-              f"{1e3 * float(np.diff(arrivals).max()):.0f} ms; 50 states in "
-              f"{time.monotonic() - began:.2f} s")
-        assert float(np.diff(arrivals).max()) < 1.0
+        after = len(states)
+        assert sim.wait_for(lambda: len(states) > after + 50, 10.0), sim.output()
+        largest = float(np.diff([t for t, _ in states[sent - 1:]]).max())
+        print(f"\nlargest gap in joint_states around the message: {1e3 * largest:.0f} ms "
+              f"(quiet: {1e3 * baseline:.0f} ms)")
+        assert largest < 0.5 + 5.0 * baseline
     finally:
         sim.close()
     assert max(len(line) for line in sim.output().splitlines()) < 2000

@@ -182,13 +182,18 @@ def test_the_control_loop_keeps_answering_during_a_long_simulate_call(running):
     goal = JointTrajectoryPoint(positions=[0.0] * len(JOINTS))
     goal.time_from_start.sec = 1
     request.reference = JointTrajectory(joint_names=JOINTS, points=[goal])
-    before = len(commands)
+    stream = running.stream_states(JOINTS, q, 0.02)  # ~50 Hz, as a slow driver would
+    # the baseline, in this run: the largest gap between answers with no service call busy
+    quiet, until = len(commands), time.monotonic() + 1.0
+    running.wait_for(lambda: time.monotonic() >= until, 5.0)
+    baseline = float(np.diff([t for t, _ in commands[quiet:]]).max())
+    before, sent_before = len(commands), stream.sent
     future = running.call_async(Simulate, "~/simulate", request)
     started = time.monotonic()
-    stream = running.stream_states(JOINTS, q, 0.02)  # ~50 Hz, as a slow driver would
     running.wait_for(future.done, 60.0)
     busy = time.monotonic() - started
     stream.stop()
+    sent = stream.sent - sent_before
     assert future.done() and future.result().success, running.output()
     running.settle(commands)  # answers to the last states still in flight
     arrivals = [t for t, _ in commands[before:]]
@@ -196,8 +201,9 @@ def test_the_control_loop_keeps_answering_during_a_long_simulate_call(running):
     assert busy > 0.3, f"simulate took only {busy:.2f} s"
     during = np.array([t for t in arrivals if t < started + busy])
     gaps = np.diff(np.concatenate([[started], during]))
-    print(f"simulate busy {busy:.2f} s: {len(arrivals)} commands for {stream.sent} states, "
-          f"largest gap {1e3 * gaps.max():.1f} ms")
+    print(f"simulate busy {busy:.2f} s: {len(arrivals)} commands for {sent} states, "
+          f"largest gap {1e3 * gaps.max():.1f} ms (quiet: {1e3 * baseline:.1f} ms)")
     # states queued behind a blocked loop would be superseded: a gap, and an answer missing for
     # every 20 ms blocked; a loaded machine may supersede one or two states however it runs
-    assert len(arrivals) >= stream.sent - max(2, stream.sent // 20) and gaps.max() < 0.1
+    assert len(arrivals) >= sent - max(2, sent // 20)
+    assert gaps.max() < 0.06 + 2.0 * baseline
