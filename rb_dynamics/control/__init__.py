@@ -22,6 +22,7 @@ from .joint_controller import (
     ControlOutput,
     JointController,
     JointStateReader,
+    holding_effort,
 )
 from .law import (
     CONTROL_MODES,
@@ -83,6 +84,7 @@ __all__ = [
     "evaluate_spline",
     "feasibility_report",
     "friction_compensation",
+    "holding_effort",
     "position_error",
     "shortest_way_start",
     "soft_limit_effort_bounds",

@@ -30,7 +30,7 @@ from .trajectory import (
 )
 from .velocity import MissingVelocity
 
-__all__ = ["ControlOutput", "JointController", "JointStateReader"]
+__all__ = ["ControlOutput", "JointController", "JointStateReader", "holding_effort"]
 
 _NO_CONTEXT = contextlib.nullcontext()
 
@@ -440,3 +440,16 @@ class JointController:
         if limited.any():
             clamped = [name for name, c, t in zip(self.joints, command, wanted) if c != t]
         return ControlOutput(command, clamped, error if self._every_joint else error[self.index])
+
+
+def holding_effort(controller: JointController) -> np.ndarray | None:
+    """The gravity (+ payload) effort at ``controller``'s last measured pose for its commanded
+    joints, in its joint order, clamped to effort_scale × the URDF limits as its commands are
+    (N·m or N): what a node leaves an effort controller holding when it stops commanding.
+    None before a first state."""
+    q = controller.q
+    if q is None:
+        return None
+    tau = controller.law.gravity_effort(q)[controller.index]
+    limit = controller.model.effort_limit[controller.index] * controller.effort_scale
+    return np.minimum(np.maximum(tau, -limit), limit)

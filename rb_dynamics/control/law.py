@@ -173,6 +173,11 @@ class ControlLaw:
         integral += step
         np.clip(integral, -self.i_clamp, self.i_clamp, out=integral)
 
+    def gravity_effort(self, q: np.ndarray) -> np.ndarray:
+        """g(q) of the model and the payload, over v (N·m or N): what holds the arm still."""
+        tau = self.dynamics.gravity(q)
+        return tau if self.payload is None else tau + self.payload.gravity(q)
+
     def effort(self, q: np.ndarray, v: np.ndarray, q_d: np.ndarray | None = None,
                v_d: np.ndarray | None = None, a_d: np.ndarray | None = None,
                feedforward: np.ndarray | None = None,
@@ -187,9 +192,7 @@ class ControlLaw:
         payload = self.payload
         mode = self.mode
         if mode == "gravity_compensation":
-            tau, error, v_friction = self.dynamics.gravity(q), None, v
-            if payload is not None:
-                tau = tau + payload.gravity(q)
+            tau, error, v_friction = self.gravity_effort(q), None, v
         else:
             error = q_d - q
             if self._wrap:
@@ -206,9 +209,7 @@ class ControlLaw:
             else:  # impedance
                 tau = self.stiffness * error
                 tau += self.damping * (v_d - v)
-                tau += self.dynamics.gravity(q)
-                if payload is not None:
-                    tau += payload.gravity(q)
+                tau += self.gravity_effort(q)
                 if self.integrating:
                     tau += self.integral
             if feedforward is not None:

@@ -41,12 +41,18 @@ from rclpy.qos import QoSProfile
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, MultiArrayDimension
 
-from rb_dynamics.control import REFERENCE_MODES, ControllerError, ControlOutput, JointController
+from rb_dynamics.control import (
+    REFERENCE_MODES,
+    ControllerError,
+    ControlOutput,
+    JointController,
+    holding_effort,
+)
 from rb_dynamics.ros.conversions import to_seconds
 from rb_dynamics.ros.diagnostics import Statistics, Totals
 from rb_dynamics.ros.runtime import SpinThread, ThrottledLogger, take_queued
 
-__all__ = ["CommandMonitor", "ControlLoop", "StateRecorder", "gravity_effort"]
+__all__ = ["CommandMonitor", "ControlLoop", "StateRecorder"]
 
 AGE_SLOTS = 4096  # state ages kept per diagnostics period (preallocated: no allocation per state)
 STALE_CHECK_PERIOD = 0.02  # s between checks that joint states still come while commanding
@@ -136,7 +142,7 @@ class ControlLoop:
         elif self.stop_command == "zero":
             effort = np.zeros(len(controller.joints))
         else:
-            effort = gravity_effort(controller)
+            effort = holding_effort(controller)
         if effort is not None:
             self._publish(effort)
         self.node.get_logger().info(
@@ -287,16 +293,3 @@ class ControlLoop:
             self._ages[self.stats.ages] = now + elapsed - stamp
             self.stats.ages += 1
 
-
-def gravity_effort(controller: JointController) -> np.ndarray | None:
-    """The gravity (+ payload) effort at the controller's last measured pose, in its joint
-    order, clamped as its commands are (N·m or N); None before its first state."""
-    q = controller.q
-    if q is None:
-        return None
-    law = controller.law
-    tau = law.dynamics.gravity(q)
-    if law.payload is not None:
-        tau = tau + law.payload.gravity(q)
-    limit = controller.model.effort_limit[controller.index] * controller.effort_scale
-    return np.clip(tau[controller.index], -limit, limit)
