@@ -18,6 +18,8 @@ import math
 
 import numpy as np
 
+from rb_dynamics.model import check_choice, check_positive
+
 from .law import ControllerError
 
 __all__ = ["MISSING_VELOCITY", "MissingVelocity", "VelocityFromPositions"]
@@ -29,9 +31,7 @@ class VelocityFromPositions:
     """q̇ (units of q per second) from successive positions; ``cutoff`` in Hz (> 0)."""
 
     def __init__(self, cutoff: float) -> None:
-        if not cutoff > 0.0:
-            raise ValueError(f"velocity cut-off {cutoff} Hz: must be > 0")
-        self.cutoff = float(cutoff)
+        self.cutoff = check_positive(cutoff, "velocity_cutoff")
         self.reset()
 
     def reset(self) -> None:
@@ -73,9 +73,7 @@ class MissingVelocity:
     @staticmethod
     def check(choice: str) -> str:
         """``choice`` if it is one of ``MISSING_VELOCITY``, else ControllerError."""
-        if choice not in MISSING_VELOCITY:
-            raise ControllerError(f"missing_velocity {choice!r}: one of {MISSING_VELOCITY}")
-        return choice
+        return check_choice(choice, MISSING_VELOCITY, "missing_velocity", ControllerError)
 
     def velocity(self, q: np.ndarray, t: float, max_gap: float) -> np.ndarray | None:
         """q̇ for the positions ``q`` of a state without velocities at ``t`` (s); None: the
