@@ -152,3 +152,46 @@ def test_the_simulators_refusals_of_different_fields_are_each_reported(tmp_path)
         assert sim.wait_for_log("appear more than once", 1.5), sim.output()
     finally:
         sim.close()
+
+
+def test_a_goal_with_implausibly_large_values_is_rejected_with_the_reason(tmp_path):
+    """A point whose efforts or positions are 1e308 (finite) was accepted: its spline or the
+    sum of the efforts overflowed, every command was withheld as "not finite" and the goal
+    never ended (no result after 10 s). Such a point is rejected in the goal callback, naming
+    the field, and the node goes on commanding; a value of 1e6 rad (a continuous joint turned
+    many times) is still taken."""
+    from control_msgs.action import FollowJointTrajectory
+    from trajectory_msgs.msg import JointTrajectoryPoint
+
+    node = control_node(tmp_path, {"urdf_path": str(DEFAULT_URDF), "mode": "computed_torque"},
+                        name=fresh_name("rb_dynamics_large"))
+    q = np.array([0.3, -1.0, 1.2, -0.6, 0.4, 0.2])
+    try:
+        assert node.command_after(JOINTS, q) is not None, node.output()
+        stream = node.stream_states(JOINTS, q, 0.005)
+        for field, values in (("effort", [1e308] * 6), ("positions", [1e308] * 6)):
+            goal = FollowJointTrajectory.Goal()
+            goal.trajectory.joint_names = list(JOINTS)
+            point = JointTrajectoryPoint(positions=[float(x) for x in q],
+                                         velocities=[0.0] * 6)
+            setattr(point, field, values)
+            point.time_from_start.nanosec = 500_000_000
+            goal.trajectory.points = [point]
+            outcome, text, _ = _goal_outcome(node, goal, timeout=10.0)
+            assert outcome == "rejected", (field, outcome, text)
+        assert node.wait_for_log("is implausibly large", 5.0, count=2), node.output()
+        before = len(node.commands)
+        assert node.wait_for(lambda: len(node.commands) > before + 20, 5.0), node.output()
+        assert all(np.all(np.isfinite(m.data)) for _, m in node.commands)
+        goal = FollowJointTrajectory.Goal()
+        goal.trajectory.joint_names = list(JOINTS)
+        point = JointTrajectoryPoint(positions=[float(x) for x in q], velocities=[0.0] * 6,
+                                     effort=[1e6] * 6)
+        point.time_from_start.nanosec = 200_000_000
+        goal.trajectory.points = [point]
+        outcome, text, _ = _goal_outcome(node, goal, timeout=10.0)
+        assert outcome == "0", (outcome, text)  # SUCCESSFUL, the efforts clamped on the way
+        stream.stop()
+        assert max(abs(x) for _, m in node.commands for x in m.data) <= 150.0
+    finally:
+        node.close()
