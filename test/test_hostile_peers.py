@@ -195,3 +195,40 @@ def test_a_goal_with_implausibly_large_values_is_rejected_with_the_reason(tmp_pa
         assert max(abs(x) for _, m in node.commands for x in m.data) <= 150.0
     finally:
         node.close()
+
+
+def test_positions_only_states_whose_stamps_do_not_increase_are_refused_with_the_reason(
+        tmp_path):
+    """missing_velocity: differentiate and a driver repeating its stamp (or stepping it back):
+    no velocity can be estimated, so nothing is published; the node said nothing about why
+    (only "no usable joint state" once the states went stale). The refusal names the stamps;
+    states whose stamps increase again are commanded."""
+    node = control_node(tmp_path, {"urdf_path": str(DEFAULT_URDF), "mode": "impedance",
+                                   "missing_velocity": "differentiate"},
+                        name=fresh_name("rb_dynamics_stamps"))
+    q = np.array([0.3, -1.0, 1.2, -0.6, 0.4, 0.2])
+    stamp = 1_000_000_000_000_000_000
+
+    def send(stamp_ns: int) -> None:
+        msg = JointState(name=list(JOINTS), position=[float(x) for x in q])
+        msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(stamp_ns, 1_000_000_000)
+        node.publish_state(msg)
+
+    try:
+        commands = node.commands
+        assert node.wait_for(lambda: node.publisher(JointState, node.states_topic,
+                                                    node.state_qos).get_subscription_count()
+                             > 0, 30.0), node.output()
+        for k in range(10):  # the same stamp, then one stepping back
+            send(stamp - (k // 5) * 1_000_000)
+            node.peer.spin_for(0.01)
+        assert node.wait_for_log("is not after the previous state's", 5.0), node.output()
+        assert node.process.proc.poll() is None
+        before = len(commands)
+        for k in range(1, 40):  # increasing again: commanded
+            send(stamp + k * 2_000_000)
+            node.peer.spin_for(0.005)
+        assert node.wait_for(lambda: len(commands) > before, 5.0), node.output()
+        assert all(np.all(np.isfinite(m.data)) for _, m in commands)
+    finally:
+        node.close()
