@@ -8,7 +8,8 @@ velocity is about half a state period (the quotient is the mean over the last in
 filter's group delay 1/(2π f_c) at low frequencies: at f_c = 50 Hz and 1 kHz states, about
 3.7 ms. A ramp (constant velocity) is reproduced exactly: the filter starts from the first
 quotient. It starts again (no estimate for that state) after a gap longer than ``max_gap`` or a
-time that does not increase; a new model gets a new estimator. ``MissingVelocity`` is the
+time that does not increase (that one refused with its reason); a new model gets a new
+estimator. ``MissingVelocity`` is the
 choice a controller makes for states without velocities: refuse them, or estimate q̇.
 """
 
