@@ -232,3 +232,67 @@ def test_positions_only_states_whose_stamps_do_not_increase_are_refused_with_the
         assert all(np.all(np.isfinite(m.data)) for _, m in commands)
     finally:
         node.close()
+
+
+def _running_goal(node, q_goal: np.ndarray, seconds: float):
+    """(client goal handle, its result future) of an accepted goal to ``q_goal``."""
+    from control_msgs.action import FollowJointTrajectory
+    from rclpy.action import ActionClient
+    from trajectory_msgs.msg import JointTrajectoryPoint
+
+    client = ActionClient(node.peer.node, FollowJointTrajectory,
+                          f"/{node.name}/follow_joint_trajectory")
+    assert client.wait_for_server(timeout_sec=30.0), node.output()
+    goal = FollowJointTrajectory.Goal()
+    goal.trajectory.joint_names = list(JOINTS)
+    point = JointTrajectoryPoint(positions=[float(x) for x in q_goal], velocities=[0.0] * 6)
+    point.time_from_start.sec = int(seconds)
+    goal.trajectory.points = [point]
+    sent = client.send_goal_async(goal)
+    assert node.wait_for(sent.done, 10.0) and sent.result().accepted, node.output()
+    return sent.result(), sent.result().get_result_async()
+
+
+def test_a_state_stamped_in_the_future_does_not_end_a_goal(tmp_path):
+    """The reference is sampled at a state's stamp: one state stamped 10⁸ s ahead, at the
+    goal's target, sampled the reference past the goal's end and the goal SUCCEEDED at once
+    (the arm commanded toward the last point). Such a state is refused,
+    naming the stamp, and the goal runs on."""
+    node = control_node(tmp_path, {"urdf_path": str(DEFAULT_URDF), "mode": "computed_torque"},
+                        name=fresh_name("rb_dynamics_future"))
+    q = np.array([0.3, -1.0, 1.2, -0.6, 0.4, 0.2])
+    try:
+        assert node.command_after(JOINTS, q) is not None, node.output()
+        stream = node.stream_states(JOINTS, q, 0.005)
+        _, result = _running_goal(node, q + 0.2, 5)
+        node.peer.spin_for(0.3)
+        ahead = (int(time.time()) + 100_000_000) * 1_000_000_000
+        node.send_state(JOINTS, q + 0.2, stamp_ns=ahead)
+        assert not node.wait_for(result.done, 1.0), result.result().result.error_string
+        assert node.wait_for_log("ahead of the clock", 5.0), node.output()
+        stream.stop()
+    finally:
+        node.close()
+
+
+def test_a_mode_change_aborts_a_goal_saying_so(tmp_path):
+    """Switching computed_torque → impedance while a goal runs drops its reference (the new
+    mode holds the measured position): the goal ended with "preempted by a trajectory on
+    ~/joint_trajectory", which nobody had sent. It aborts naming the mode change."""
+    node = control_node(tmp_path, {"urdf_path": str(DEFAULT_URDF), "mode": "computed_torque"},
+                        name=fresh_name("rb_dynamics_mode"))
+    q = np.array([0.3, -1.0, 1.2, -0.6, 0.4, 0.2])
+    try:
+        assert node.command_after(JOINTS, q) is not None, node.output()
+        stream = node.stream_states(JOINTS, q, 0.005)
+        _, result = _running_goal(node, q + 0.2, 5)
+        node.peer.spin_for(0.3)
+        assert node.set_parameters(mode="impedance").successful
+        assert node.wait_for(result.done, 5.0), node.output()
+        answer = result.result().result
+        assert "mode changed to impedance" in answer.error_string, answer.error_string
+        before = len(node.commands)
+        assert node.wait_for(lambda: len(node.commands) > before + 20, 5.0), node.output()
+        stream.stop()
+    finally:
+        node.close()
