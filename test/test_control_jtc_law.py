@@ -400,11 +400,13 @@ def test_a_new_trajectory_starts_from_the_measured_or_the_desired_state(from_des
 
 def test_from_the_desired_state_a_broken_reference_restarts_from_the_measured_state():
     _, model = arm("ur5")
+    # kp·(q_d − q) overflows: a gain of 1e300 and a reference 1e9 rad away (the largest a
+    # point may hold)
     ctrl = JointController(model, mode="computed_torque", interpolate_from_desired_state=True,
-                           max_state_age=1.0)
+                           max_state_age=1.0, kp=1e300)
     q = np.full(6, 0.2)
     ctrl.update_state(model.joint_names, q, np.zeros(6), 0.0)
-    ctrl.set_trajectory(model.joint_names, [TrajectoryPoint(1.0, q + 1e307)], 0.0)
+    ctrl.set_trajectory(model.joint_names, [TrajectoryPoint(1.0, np.full(6, 1e9))], 0.0)
     with pytest.raises(ControllerError, match="not finite"):
         ctrl.compute(0.5)
     ctrl.set_trajectory(model.joint_names, [TrajectoryPoint(1.0, q)], 0.5)

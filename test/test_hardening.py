@@ -292,14 +292,18 @@ def test_a_trajectory_that_ended_is_refused_and_the_set_point_stands(tmp_path):
 
 def test_an_overflowing_reference_is_refused_cleanly_and_does_not_poison_the_next(tmp_path):
     """15.9: a reference at 1e308 raised ValueError from the loop every 2 s with a traceback,
-    and broke the next trajectory too."""
-    node = control_node(tmp_path, urdf_path=str(UR5), mode="computed_torque", kp=[100.0],
+    and broke the next trajectory too. A point past ±1e9 is refused where it is read; the
+    overflow comes here from a gain of 1e300 and a reference 1e9 rad away."""
+    node = control_node(tmp_path, urdf_path=str(UR5), mode="computed_torque", kp=[1e300],
                         kd=[20.0])
     statuses(node)  # subscribed from here on: the report of the refusal's second is not missed
     q = np.zeros(6)
     assert node.command_after(UR5_JOINTS, q) is not None, node.output()
     node.publish_matched(JointTrajectory, "~/joint_trajectory", JointTrajectory(
         joint_names=UR5_JOINTS, points=[JointTrajectoryPoint(positions=[1e308] * 6)]))
+    assert node.wait_for_log("is implausibly large", 5.0), node.output()
+    node.publish_matched(JointTrajectory, "~/joint_trajectory", JointTrajectory(
+        joint_names=UR5_JOINTS, points=[JointTrajectoryPoint(positions=[1e9] * 6)]))
 
     def refused() -> bool:
         node.send_state(UR5_JOINTS, q)
@@ -311,6 +315,7 @@ def test_an_overflowing_reference_is_refused_cleanly_and_does_not_poison_the_nex
     node.send_state(UR5_JOINTS, q)
     assert not node.wait_for(lambda: len(commands) > count, 0.5), "a command for overflow"
     assert node.wait_for(lambda: any("not finite" in m for m in statuses(node)), 5.0)
+    assert node.set_parameters(kp=[100.0]).successful
     goal = np.array([0.2, -0.3, 0.4, 0.1, 0.2, 0.3])
     node.publish_matched(JointTrajectory, "~/joint_trajectory", JointTrajectory(
         joint_names=UR5_JOINTS, points=[JointTrajectoryPoint(positions=goal.tolist())]))

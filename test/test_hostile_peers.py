@@ -162,3 +162,147 @@ def test_the_simulators_refusals_of_different_fields_are_each_reported(tmp_path)
         assert sim.wait_for_log("appear more than once", 1.5), sim.output()
     finally:
         sim.close()
+
+
+def test_a_goal_with_implausibly_large_values_is_rejected_with_the_reason(tmp_path):
+    """A point whose efforts or positions are 1e308 (finite) was accepted: its spline or the
+    sum of the efforts overflowed, every command was withheld as "not finite" and the goal
+    never ended (no result after 10 s). Such a point is rejected in the goal callback, naming
+    the field, and the node goes on commanding; a value of 1e6 rad (a continuous joint turned
+    many times) is still taken."""
+    from control_msgs.action import FollowJointTrajectory
+    from trajectory_msgs.msg import JointTrajectoryPoint
+
+    node = control_node(tmp_path, {"urdf_path": str(DEFAULT_URDF), "mode": "computed_torque"},
+                        name=fresh_name("rb_dynamics_large"))
+    q = np.array([0.3, -1.0, 1.2, -0.6, 0.4, 0.2])
+    try:
+        assert node.command_after(JOINTS, q) is not None, node.output()
+        stream = node.stream_states(JOINTS, q, 0.005)
+        for field, values in (("effort", [1e308] * 6), ("positions", [1e308] * 6)):
+            goal = FollowJointTrajectory.Goal()
+            goal.trajectory.joint_names = list(JOINTS)
+            point = JointTrajectoryPoint(positions=[float(x) for x in q],
+                                         velocities=[0.0] * 6)
+            setattr(point, field, values)
+            point.time_from_start.nanosec = 500_000_000
+            goal.trajectory.points = [point]
+            outcome, text, _ = _goal_outcome(node, goal, timeout=10.0)
+            assert outcome == "rejected", (field, outcome, text)
+        assert node.wait_for_log("is implausibly large", 5.0, count=2), node.output()
+        before = len(node.commands)
+        assert node.wait_for(lambda: len(node.commands) > before + 20, 5.0), node.output()
+        assert all(np.all(np.isfinite(m.data)) for _, m in node.commands)
+        goal = FollowJointTrajectory.Goal()
+        goal.trajectory.joint_names = list(JOINTS)
+        point = JointTrajectoryPoint(positions=[float(x) for x in q], velocities=[0.0] * 6,
+                                     effort=[1e6] * 6)
+        point.time_from_start.nanosec = 200_000_000
+        goal.trajectory.points = [point]
+        outcome, text, _ = _goal_outcome(node, goal, timeout=10.0)
+        assert outcome == "0", (outcome, text)  # SUCCESSFUL, the efforts clamped on the way
+        stream.stop()
+        assert max(abs(x) for _, m in node.commands for x in m.data) <= 150.0
+    finally:
+        node.close()
+
+
+def test_positions_only_states_whose_stamps_do_not_increase_are_refused_with_the_reason(
+        tmp_path):
+    """missing_velocity: differentiate and a driver repeating its stamp (or stepping it back):
+    no velocity can be estimated, so nothing is published; the node said nothing about why
+    (only "no usable joint state" once the states went stale). The refusal names the stamps;
+    states whose stamps increase again are commanded."""
+    node = control_node(tmp_path, {"urdf_path": str(DEFAULT_URDF), "mode": "impedance",
+                                   "missing_velocity": "differentiate"},
+                        name=fresh_name("rb_dynamics_stamps"))
+    q = np.array([0.3, -1.0, 1.2, -0.6, 0.4, 0.2])
+    stamp = 1_000_000_000_000_000_000
+
+    def send(stamp_ns: int) -> None:
+        msg = JointState(name=list(JOINTS), position=[float(x) for x in q])
+        msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(stamp_ns, 1_000_000_000)
+        node.publish_state(msg)
+
+    try:
+        commands = node.commands
+        deadline = time.monotonic() + 30.0  # until the node hears them: the same stamp
+        while "is not after the previous state's" not in node.output():
+            assert time.monotonic() < deadline, node.output()
+            send(stamp)
+            node.peer.spin_for(0.01)
+        send(stamp - 1_000_000)  # one stepping back
+        assert node.wait_for_log("(1000000000.000000000 s)", 5.0), node.output()
+        assert node.process.proc.poll() is None
+        before = len(commands)
+        for k in range(1, 40):  # increasing again: commanded
+            send(stamp + k * 2_000_000)
+            node.peer.spin_for(0.005)
+        assert node.wait_for(lambda: len(commands) > before, 5.0), node.output()
+        assert all(np.all(np.isfinite(m.data)) for _, m in commands)
+    finally:
+        node.close()
+
+
+def _running_goal(node, q_goal: np.ndarray, seconds: float):
+    """(client goal handle, its result future) of an accepted goal to ``q_goal``."""
+    from control_msgs.action import FollowJointTrajectory
+    from rclpy.action import ActionClient
+    from trajectory_msgs.msg import JointTrajectoryPoint
+
+    client = ActionClient(node.peer.node, FollowJointTrajectory,
+                          f"/{node.name}/follow_joint_trajectory")
+    assert client.wait_for_server(timeout_sec=30.0), node.output()
+    goal = FollowJointTrajectory.Goal()
+    goal.trajectory.joint_names = list(JOINTS)
+    point = JointTrajectoryPoint(positions=[float(x) for x in q_goal], velocities=[0.0] * 6)
+    point.time_from_start.sec = int(seconds)
+    goal.trajectory.points = [point]
+    sent = client.send_goal_async(goal)
+    assert node.wait_for(sent.done, 10.0) and sent.result().accepted, node.output()
+    return sent.result(), sent.result().get_result_async()
+
+
+def test_a_state_stamped_in_the_future_does_not_end_a_goal(tmp_path):
+    """The reference is sampled at a state's stamp: one state stamped 10⁸ s ahead, at the
+    goal's target, sampled the reference past the goal's end and the goal SUCCEEDED at once
+    (the arm commanded toward the last point). Such a state is refused,
+    naming the stamp, and the goal runs on."""
+    node = control_node(tmp_path, {"urdf_path": str(DEFAULT_URDF), "mode": "computed_torque"},
+                        name=fresh_name("rb_dynamics_future"))
+    q = np.array([0.3, -1.0, 1.2, -0.6, 0.4, 0.2])
+    try:
+        assert node.command_after(JOINTS, q) is not None, node.output()
+        stream = node.stream_states(JOINTS, q, 0.005)
+        _, result = _running_goal(node, q + 0.2, 5)
+        node.peer.spin_for(0.3)
+        ahead = (int(time.time()) + 100_000_000) * 1_000_000_000
+        node.send_state(JOINTS, q + 0.2, stamp_ns=ahead)
+        assert not node.wait_for(result.done, 1.0), result.result().result.error_string
+        assert node.wait_for_log("ahead of the clock", 5.0), node.output()
+        stream.stop()
+    finally:
+        node.close()
+
+
+def test_a_mode_change_aborts_a_goal_saying_so(tmp_path):
+    """Switching computed_torque → impedance while a goal runs drops its reference (the new
+    mode holds the measured position): the goal ended with "preempted by a trajectory on
+    ~/joint_trajectory", which nobody had sent. It aborts naming the mode change."""
+    node = control_node(tmp_path, {"urdf_path": str(DEFAULT_URDF), "mode": "computed_torque"},
+                        name=fresh_name("rb_dynamics_mode"))
+    q = np.array([0.3, -1.0, 1.2, -0.6, 0.4, 0.2])
+    try:
+        assert node.command_after(JOINTS, q) is not None, node.output()
+        stream = node.stream_states(JOINTS, q, 0.005)
+        _, result = _running_goal(node, q + 0.2, 5)
+        node.peer.spin_for(0.3)
+        assert node.set_parameters(mode="impedance").successful
+        assert node.wait_for(result.done, 5.0), node.output()
+        answer = result.result().result
+        assert "mode changed to impedance" in answer.error_string, answer.error_string
+        before = len(node.commands)
+        assert node.wait_for(lambda: len(node.commands) > before + 20, 5.0), node.output()
+        stream.stop()
+    finally:
+        node.close()

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rb_dynamics.model import finite_vector
+from rb_dynamics.model import MAX_MAGNITUDE, finite_vector
 
 __all__ = [
     "MAX_TRAJECTORY_POINTS",
@@ -53,9 +53,17 @@ class TrajectoryPoint:
 
 def check_point_field(values, count: int, field: str, point: int) -> np.ndarray:
     """Field ``field`` (``positions``, ``velocities``, ``accelerations``, ``efforts``) of point
-    ``point``
-    as a flat float array of ``count`` finite values; else ``TrajectoryError`` naming both."""
-    return finite_vector(values, f"point {point}: {field}", count, TrajectoryError)
+    ``point`` as a flat float array of ``count`` finite values within ±``MAX_MAGNITUDE``;
+    else ``TrajectoryError`` naming both. The bound keeps the spline and the law finite:
+    a quintic over a 1 ns segment between values of 1e9 stays far below overflow, while 1e308
+    passes a finiteness check and overflows in the first difference."""
+    array = finite_vector(values, f"point {point}: {field}", count, TrajectoryError)
+    large = np.abs(array) > MAX_MAGNITUDE
+    if large.any():
+        k = int(np.argmax(large))
+        raise TrajectoryError(f"point {point}: {field}[{k}] = {array[k]:g} is implausibly "
+                              f"large (limit {MAX_MAGNITUDE:g})")
+    return array
 
 
 # ----------------------------------------------------------------------------- the spline

@@ -8,7 +8,8 @@ velocity is about half a state period (the quotient is the mean over the last in
 filter's group delay 1/(2π f_c) at low frequencies: at f_c = 50 Hz and 1 kHz states, about
 3.7 ms. A ramp (constant velocity) is reproduced exactly: the filter starts from the first
 quotient. It starts again (no estimate for that state) after a gap longer than ``max_gap`` or a
-time that does not increase; a new model gets a new estimator. ``MissingVelocity`` is the
+time that does not increase (that one refused with its reason); a new model gets a new
+estimator. ``MissingVelocity`` is the
 choice a controller makes for states without velocities: refuse them, or estimate q̇.
 """
 
@@ -46,10 +47,17 @@ class VelocityFromPositions:
 
     def update(self, q: np.ndarray, t: float, max_gap: float) -> np.ndarray | None:
         """The filtered velocity after the positions ``q`` at time ``t`` (s); None for the
-        first state, after a gap longer than ``max_gap`` s, or when ``t`` does not increase."""
+        first state or after a gap longer than ``max_gap`` s. A ``t`` that does not increase
+        (a driver repeating or resetting its stamps) starts the estimate again too, and raises
+        ``ControllerError`` saying so: without it a node would refuse such states silently."""
         dt = t - self._t
         if self._q is None or not 0.0 < dt <= max_gap or len(q) != len(self._q):
+            restarted = self._q is not None and not dt > 0.0
             self._q, self._t, self._v = np.array(q, dtype=float), t, None
+            if restarted:
+                raise ControllerError(
+                    f"joint_states: stamp {t:.9f} s is not after the previous state's "
+                    f"({t - dt:.9f} s); no velocity from the positions until stamps increase")
             return None
         quotient = (q - self._q) / dt
         if self._v is None:

@@ -237,6 +237,13 @@ class ControlLoop:
             return False
         first = controller.q is None
         stamp = to_seconds(msg.header.stamp)
+        if stamp - now > controller.max_state_age:
+            # the reference is sampled at the stamp: a stamp from the future would jump it
+            # ahead (to a goal's last point, ending the goal early)
+            self.problem(f"joint_states: stamp {stamp:.3f} s is {stamp - now:.3g} s ahead of "
+                         f"the clock (more than state_timeout {controller.max_state_age:g} s); "
+                         "not publishing", "future stamp")
+            return False
         try:
             # velocities from positions are differenced over the instants the states describe
             if not controller.update_state(msg.name, msg.position, msg.velocity, now,

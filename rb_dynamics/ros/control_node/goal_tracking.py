@@ -156,7 +156,9 @@ class GoalTracker:
             return Outcome("abort", INVALID_GOAL, "aborted: a new robot description replaced "
                            "the controller")
         if controller.trajectory is not self.sampler:
-            if controller.mode not in REFERENCE_MODES:
+            # set_mode drops the reference (the new mode holds the measured position); a
+            # trajectory on the topic replaces it
+            if controller.mode not in REFERENCE_MODES or controller.trajectory is None:
                 return Outcome("abort", INVALID_GOAL, f"aborted: mode changed to "
                                f"{controller.mode}")
             return Outcome("abort", INVALID_GOAL, "Current goal preempted by a trajectory on "
