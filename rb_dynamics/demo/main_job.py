@@ -54,6 +54,9 @@ _PEAK_SPEED = 0.75 * math.sqrt(0.75)  # max of (1 − cos x) sin x / 2
 # gains of both laws, per unit of inertia: computed torque's kp, kd (1/s², 1/s); the PD +
 # gravity baseline uses the same times the joint's own inertia M_ii at the start
 KP, KD = 400.0, 40.0
+# the reference runs this long past the recorded window: the simulator steps on until it is
+# stopped, and the end of a trajectory (held at rest from full speed) is no part of tracking it
+REFERENCE_MARGIN_S = 1.0
 
 
 def reference_amplitude(q0: np.ndarray, lower: np.ndarray, upper: np.ndarray,
@@ -169,6 +172,8 @@ class Observer:
         self.last_state_time = math.nan  # wall clock, for the latency
         self.last_stamp = math.nan  # sim time of the latest state
         self.start_sim = math.nan  # sim time at which the reference starts
+        self.duration = math.inf  # s of the reference recorded from start_sim
+        self.commands_seen = 0  # effort commands the control node published
         self.node = rclpy.create_node("rb_dynamics_main_job")
         self.executor = SingleThreadedExecutor()
         self.executor.add_node(self.node)
@@ -187,7 +192,7 @@ class Observer:
         self.last_state_time = time.monotonic()
         self.last_stamp = to_seconds(msg.header.stamp)
         t = self.last_stamp - self.start_sim
-        if not t >= 0.0:  # NaN before the start
+        if not 0.0 <= t <= self.duration:  # NaN before the start; after it: the margin
             return
         rec, joints = self.rec, self.plan.joints
         rec.t.append(t)
@@ -197,6 +202,7 @@ class Observer:
         rec.q_desired.append(reference(t, self.plan.q0, self.plan.amp)[0].tolist())
 
     def _on_command(self, _msg) -> None:
+        self.commands_seen += 1
         if not math.isnan(self.start_sim) and not math.isnan(self.last_state_time):
             self.rec.latency.append(time.monotonic() - self.last_state_time)
 
@@ -207,10 +213,14 @@ class Observer:
         self.executor.spin_once(timeout_sec=seconds)
 
     def wait_until_up(self, processes: dict, log_dir: Path, timeout: float = 30.0) -> None:
+        """Until the simulator (paused) publishes states, the control node takes the
+        reference and answers the states with commands: resumed before that, the lock-step
+        simulator would step without commands once its ``lockstep_timeout`` has passed, the
+        arm falling limp until the first command, and the node would hold the pose it fell to."""
         deadline = time.monotonic() + timeout
         while not (self.pause.service_is_ready() and
                    self.trajectory_pub.get_subscription_count() > 0 and
-                   not math.isnan(self.last_state_time)):
+                   not math.isnan(self.last_state_time) and self.commands_seen > 0):
             self.spin(0.05)
             for name, proc in processes.items():
                 if proc.poll() is not None:
@@ -231,9 +241,10 @@ class Observer:
         settle_until, wall_limit = self.last_stamp + 1.0, time.monotonic() + 20.0
         while self.last_stamp < settle_until and time.monotonic() < wall_limit:
             self.spin()
-        self.start_sim = self.last_stamp + 0.05
-        self.trajectory_pub.publish(reference_trajectory(self.plan.joints, self.plan.q0,
-                                                         self.plan.amp, duration, self.start_sim))
+        self.start_sim, self.duration = self.last_stamp + 0.05, duration
+        self.trajectory_pub.publish(reference_trajectory(
+            self.plan.joints, self.plan.q0, self.plan.amp, duration + REFERENCE_MARGIN_S,
+            self.start_sim))
 
     def follow(self, duration: float, processes: dict, log_dir: Path, quiet: bool) -> None:
         start_wall, next_line, rec = time.monotonic(), 0.0, self.rec
