@@ -46,7 +46,9 @@ class VelocityFromPositions:
         return 1.0 / (2.0 * math.pi * self.cutoff) + 0.5 * period
 
     def update(self, q: np.ndarray, t: float, max_gap: float) -> np.ndarray | None:
-        """The filtered velocity after the positions ``q`` at time ``t`` (s); None for the
+        """The filtered velocity after the positions ``q`` at time ``t`` (s, on any origin:
+        a caller keeps the differences exact by giving ``t`` from a recent instant, as a float
+        of epoch seconds resolves only 0.24 µs, 2.4e-4 of a 1 ms period); None for the
         first state or after a gap longer than ``max_gap`` s. A ``t`` that does not increase
         (a driver repeating or resetting its stamps) starts the estimate again too, and raises
         ``ControllerError`` saying so: without it a node would refuse such states silently."""
@@ -56,8 +58,8 @@ class VelocityFromPositions:
             self._q, self._t, self._v = np.array(q, dtype=float), t, None
             if restarted:
                 raise ControllerError(
-                    f"joint_states: stamp {t:.9f} s is not after the previous state's "
-                    f"({t - dt:.9f} s); no velocity from the positions until stamps increase")
+                    f"joint_states: the stamp is not after the previous state's ({dt:+.9f} s "
+                    "from it); no velocity from the positions until stamps increase")
             return None
         quotient = (q - self._q) / dt
         if self._v is None:

@@ -33,6 +33,7 @@ import dataclasses
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from rclpy.duration import Duration
@@ -55,6 +56,8 @@ from rb_dynamics.ros.runtime import SpinThread, ThrottledLogger, take_queued
 __all__ = ["CommandMonitor", "ControlLoop", "StateRecorder"]
 
 AGE_SLOTS = 4096  # state ages kept per diagnostics period (preallocated: no allocation per state)
+# a clock jump larger than this (ns, a day) moves the origin positions are differenced from
+DIFFERENCING_SPAN_NS = 86_400 * 1_000_000_000
 STALE_CHECK_PERIOD = 0.02  # s between checks that joint states still come while commanding
 ACK_WAIT = Duration(seconds=0.5)  # for the stop command to reach its reader at shutdown
 
@@ -86,6 +89,7 @@ class ControlLoop:
         self.stop_command = "gravity"  # gravity, zero or none: the node's stop_command
         self._commanding = False  # a command went out since the last stop command
         self._last_state = -np.inf  # node clock (s) of the last state the controller took
+        self._time_origin_ns = -2 * DIFFERENCING_SPAN_NS  # set by the first state
         companion = Node(f"{node.get_name()}_control_loop", namespace=node.get_namespace(),
                          context=node.context, use_global_arguments=False,
                          start_parameter_services=False, enable_rosout=False)
@@ -190,6 +194,18 @@ class ControlLoop:
         trajectory that arrived before it can start then); it must not take ``lock``."""
         self._first_state = callback
 
+    def _differencing_time(self, stamp: Any, now_ns: int) -> float:
+        """The instant a state describes (its stamp, else the clock) in seconds after the first
+        such instant, subtracted in integer nanoseconds: positions are differenced over these,
+        and a float of epoch seconds resolves only 0.24 µs. The origin moves only when a clock
+        jumps by more than DIFFERENCING_SPAN_NS (the estimate restarts there anyway)."""
+        state_ns = stamp.sec * 1_000_000_000 + stamp.nanosec
+        if state_ns <= 0:
+            state_ns = now_ns
+        if abs(state_ns - self._time_origin_ns) > DIFFERENCING_SPAN_NS:
+            self._time_origin_ns = state_ns
+        return (state_ns - self._time_origin_ns) * 1e-9
+
     def now(self) -> float:
         """The node clock's time in seconds (the loop's time base)."""
         return self.node.get_clock().now().nanoseconds * 1e-9
@@ -229,7 +245,8 @@ class ControlLoop:
         controller = self._controller
         if controller is None:
             return False
-        now = self.now()
+        now_ns = self.node.get_clock().now().nanoseconds
+        now = now_ns * 1e-9
         if msg.header.stamp.sec < 0:
             # a clock before the epoch is a driver fault; its state cannot be trusted either
             self.problem(f"joint_states: negative stamp {msg.header.stamp.sec} s; not "
@@ -247,7 +264,7 @@ class ControlLoop:
         try:
             # velocities from positions are differenced over the instants the states describe
             if not controller.update_state(msg.name, msg.position, msg.velocity, now,
-                                           stamp if stamp > 0.0 else now):
+                                           self._differencing_time(msg.header.stamp, now_ns)):
                 return False  # a velocity estimate needs one more state
         except ControllerError as exc:
             self.problem(f"{exc}; not publishing")
