@@ -276,9 +276,7 @@ class JointController:
 
     def update_state(self, names: Sequence[str], positions: Sequence[float],
                      velocities: Sequence[float], now: float, stamp: float | None = None) -> bool:
-        """``JointStateReader.read`` at ``now`` (s); ``stamp`` (s, None: ``now``) is the
-        instant the state describes, used only to difference positions into velocities, so it
-        may have its own origin (a recent one keeps the differences exact); False: not taken."""
+        """``read`` at ``now`` (s), differencing at ``stamp`` (s, any origin); False: not taken."""
         q, v = self.state_reader.read(names, positions, velocities,
                                       now if stamp is None else stamp, self.max_state_age)
         if v is None:
