@@ -162,13 +162,16 @@ def test_goal_time_zero_waits_as_long_as_it_takes_and_stopped_velocity_counts():
 
 def test_a_replaced_trajectory_or_mode_or_controller_ends_the_goal():
     arm = Arm(_defaults())
-    arm.c.trajectory = None  # what ~/joint_trajectory or a cancel does, say
+    # what a trajectory on ~/joint_trajectory does: another sampler in the controller
+    arm.c.trajectory = arm.c.prepare_trajectory(JOINTS, [TrajectoryPoint(
+        1.0, arm.q0, np.zeros(6))], 0.1, 0.1)
     outcome = arm.step(0.2, arm.q0)
     assert (outcome.code, outcome.text) == (INVALID_GOAL, "Current goal preempted by a "
                                             "trajectory on ~/joint_trajectory.")
-    arm = Arm(_defaults())
-    arm.c.set_mode("gravity_compensation")
-    assert arm.step(0.2, arm.q0).text == "aborted: mode changed to gravity_compensation"
+    for mode in ("gravity_compensation", "impedance"):  # out of the reference modes, or within
+        arm = Arm(_defaults())
+        arm.c.set_mode(mode)
+        assert arm.step(0.2, arm.q0).text == f"aborted: mode changed to {mode}"
     arm = Arm(_defaults())
     other = JointController(MODEL, mode="computed_torque")
     other.update_state(JOINTS, arm.q0, np.zeros(6), 0.2)
