@@ -75,7 +75,8 @@ MAX_PENDING_STATES = 1000  # older ones are dropped if the executor falls behind
 SCHEMA = ros_params.node_schema("control_node")
 TRAJECTORY_PARAMETERS = SCHEMA.select(
     "constraints.goal_time", "constraints.stopped_velocity_tolerance",
-    "allow_nonzero_velocity_at_trajectory_end", "action_monitor_rate", "state_publish_rate")
+    "allow_nonzero_velocity_at_trajectory_end", "action_monitor_rate", "state_publish_rate",
+    "action_result_timeout")
 JOINT_TOLERANCES = SCHEMA.maps["constraints"]  # constraints.<joint>.trajectory|goal
 
 
@@ -117,26 +118,37 @@ class TrajectoryAction:
             node, FollowJointTrajectory, "~/follow_joint_trajectory",
             execute_callback=self._unexpected, goal_callback=self._on_goal,
             handle_accepted_callback=self._on_accepted, cancel_callback=self._on_cancel,
-            callback_group=group)
+            callback_group=group,
+            # a finished goal's request (all its points) is kept with its result until then
+            result_timeout=self.settings["action_result_timeout"])
         self._feedback_timer = node.create_timer(1.0 / self.settings["action_monitor_rate"],
                                                  self._publish_feedback, callback_group=group)
         self._feedback_timer.cancel()  # runs while a goal does
         loop.set_command_monitor(self._on_command)
+        loop.set_fault_listener(self._on_fault)
 
     def destroy(self) -> None:
         self.loop.set_command_monitor(None)
+        self.loop.set_fault_listener(None)
         if self.server is not None:
             self.server.destroy()
 
     # ------------------------------------------------------------------ parameters
 
-    def controller_installed(self, controller: JointController | None) -> None:
-        """Declare ``constraints.<joint>.trajectory|goal`` for a new controller's joints (on
-        the executor: the model loader runs on a thread of its own)."""
-        if controller is not None:
-            with self.loop.lock:
+    def controller_installed(self, controller: JointController | None, model: str) -> None:
+        """A new model (``model``: its name) and its controller are in: the goal being executed
+        ends (its trajectory was for the old one), and ``constraints.<joint>.trajectory|goal``
+        are declared for the new joints (on the executor: the model loader runs on a thread of
+        its own)."""
+        with self.loop.lock:
+            goal = self._goal
+            if goal is not None and goal.controller is not controller:
+                self._end(goal, Outcome("abort", INVALID_GOAL, "Aborted: a new robot "
+                                        f"description ({model!r}) replaced the controller"),
+                          None)
+            if controller is not None:
                 self._new_joints.extend(controller.joints)
-            self._news.trigger()
+        self._news.trigger()
 
     def _declare_joint_constraints(self, joints: list[str]) -> None:
         for joint in joints:
@@ -191,6 +203,20 @@ class TrajectoryAction:
                 wake = True
         if wake:
             self._news.trigger()
+
+    def _on_fault(self, kind: str, why: str, controller: JointController) -> None:
+        """The loop cannot follow the reference (on its thread, under its lock): the goal ends.
+        Stale states: the loop restarts the reference from the next fresh state; a non-finite
+        effort: the measured position is held."""
+        goal = self._goal
+        if goal is None:
+            return
+        if kind == "stale":
+            outcome = Outcome("abort", INVALID_GOAL, f"Aborted: joint states stopped: {why}")
+        else:
+            outcome = Outcome("abort", INVALID_GOAL, f"Aborted: {why}", hold=True)
+        self._end(goal, outcome, controller)
+        self._news.trigger()
 
     def _end(self, goal: GoalTracker, outcome: Outcome, controller: JointController | None
              ) -> None:
