@@ -8,8 +8,8 @@ transition instead of raising.
 loop that checks a flag set by our own handlers always exits. A watchdog bounds the whole
 shutdown (``STOP_DEADLINE_S``): a node whose callback is stuck still exits, and says so.
 After a clean shutdown the process exits without tearing down the interpreter's heap (which
-the watchdog cannot bound: freeing the Python objects of the goals an action server keeps for
-its clients took seconds per few hundred MB).
+the watchdog cannot bound: it grows with the Python objects alive, the goals an action server
+keeps for its clients among them).
 """
 
 from __future__ import annotations

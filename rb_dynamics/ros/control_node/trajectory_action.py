@@ -24,10 +24,8 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from rcl_interfaces.msg import SetParametersResult
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
-from rclpy.parameter import Parameter
 
 from rb_dynamics.control import (
     REFERENCE_MODES,
@@ -36,7 +34,6 @@ from rb_dynamics.control import (
     JointController,
     TrajectorySampler,
 )
-from rb_dynamics.ros import parameters as ros_params
 from rb_dynamics.ros.conversions import (
     ConversionError,
     to_seconds,
@@ -52,10 +49,10 @@ from .goal_tracking import (
     GoalError,
     GoalTracker,
     Outcome,
-    Tolerances,
     check_goal_message,
     goal_tolerances,
 )
+from .trajectory_parameters import JOINT_TOLERANCES, TRAJECTORY_PARAMETERS, TrajectoryParameters
 
 try:
     from control_msgs.action import FollowJointTrajectory
@@ -71,14 +68,6 @@ __all__ = ["JOINT_TOLERANCES", "MISSING", "TRAJECTORY_PARAMETERS", "TrajectoryAc
 STATE_BATCH = 10  # controller states per executor wake at the control rate
 MAX_PENDING_STATES = 1000  # older ones are dropped if the executor falls behind
 
-# ros2_controllers' joint_trajectory_controller names, described in the node's schema
-SCHEMA = ros_params.node_schema("control_node")
-TRAJECTORY_PARAMETERS = SCHEMA.select(
-    "constraints.goal_time", "constraints.stopped_velocity_tolerance",
-    "allow_nonzero_velocity_at_trajectory_end", "action_monitor_rate", "state_publish_rate",
-    "action_result_timeout")
-JOINT_TOLERANCES = SCHEMA.maps["constraints"]  # constraints.<joint>.trajectory|goal
-
 
 class TrajectoryAction:
     """The action server, the state topic and their parameters, on the control node ``node``
@@ -89,8 +78,8 @@ class TrajectoryAction:
                  has_model: Callable[[], bool]) -> None:
         self.node, self.loop, self.is_active, self.has_model = node, loop, is_active, has_model
         self.log = node.get_logger()
-        ros_params.declare(node, TRAJECTORY_PARAMETERS)
-        self.settings = ros_params.read(node, TRAJECTORY_PARAMETERS)
+        self.parameters = TrajectoryParameters(node)
+        self.settings = self.parameters.settings  # checked values, kept current
         self._goal: GoalTracker | None = None  # the goal being executed (under loop.lock)
         self._finished: list[GoalTracker] = []  # ended on the loop thread, not yet told
         # controller states due for publishing (references to the loop's arrays), told to the
@@ -99,7 +88,6 @@ class TrajectoryAction:
         self._next_state = -math.inf
         self._new_joints: list[str] = []  # joints whose constraints.* are to be declared
         self._prepared: dict[int, GoalTracker] = {}  # goal callback → accepted callback
-        node.add_on_set_parameters_callback(self._on_set_parameters)
         group = ReentrantCallbackGroup()
         # woken from the loop thread (a goal ended, a state is due) and the model loader
         self._news = node.create_guard_condition(self._on_news, callback_group=group)
@@ -149,40 +137,6 @@ class TrajectoryAction:
             if controller is not None:
                 self._new_joints.extend(controller.joints)
         self._news.trigger()
-
-    def _declare_joint_constraints(self, joints: list[str]) -> None:
-        for joint in joints:
-            for name, spec in JOINT_TOLERANCES.specs(joint).items():
-                if self.node.has_parameter(name):
-                    continue
-                try:
-                    self.node.declare_parameter(name, spec.default, spec.descriptor())
-                except Exception as exc:  # noqa: BLE001 - a bad value from a file
-                    self.log.error(f"{name}: {exc}; using {spec.default} (not checked)")
-                    self.node.declare_parameter(name, spec.default, spec.descriptor(),
-                                                ignore_override=True)
-
-    def _on_set_parameters(self, parameters: list[Parameter]) -> SetParametersResult:
-        try:
-            for p in parameters:
-                if p.name in TRAJECTORY_PARAMETERS:
-                    self.settings[p.name] = ros_params.check(
-                        p.name, TRAJECTORY_PARAMETERS[p.name], p.value)
-                elif (spec := JOINT_TOLERANCES.spec_of(p.name)) is not None:
-                    ros_params.check(p.name, spec, p.value)
-        except ValueError as exc:
-            return SetParametersResult(successful=False, reason=str(exc))
-        return SetParametersResult(successful=True)
-
-    def _default_tolerances(self, joints: list[str]) -> Tolerances:
-        def value(name: str) -> float:
-            return float(self.node.get_parameter_or(name, Parameter(name, value=0.0)).value)
-
-        return Tolerances.defaults(
-            [value(f"constraints.{j}.trajectory") for j in joints],
-            [value(f"constraints.{j}.goal") for j in joints],
-            self.settings["constraints.stopped_velocity_tolerance"],
-            self.settings["constraints.goal_time"])
 
     # ------------------------------------------------------------------ loop thread
 
@@ -244,7 +198,7 @@ class TrajectoryAction:
             self._states.clear()
             joints, self._new_joints = self._new_joints, []
         if joints:
-            self._declare_joint_constraints(joints)
+            self.parameters.declare_joint_constraints(joints)
         for goal in finished:
             self._tell(goal)
         if self.server is not None:
@@ -317,7 +271,7 @@ class TrajectoryAction:
             raise GoalError(OLD_HEADER_TIMESTAMP, f"Received trajectory with non-zero start "
                             f"time ({stamp:.6f}) that ends in the past ({end:.6f} < now "
                             f"{now:.6f})")
-        tolerances = goal_tolerances(self._default_tolerances(controller.joints),
+        tolerances = goal_tolerances(self.parameters.default_tolerances(controller.joints),
                                      controller.joints, goal.path_tolerance,
                                      goal.goal_tolerance, to_seconds(goal.goal_time_tolerance))
         try:
