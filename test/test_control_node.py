@@ -161,6 +161,9 @@ def test_hostile_states_and_trajectories_never_move_the_command(rig):
     assert rig.wait_for(lambda: any("negative header stamp -5" in kv.value
                                     for _, s in rig.statuses() for kv in s.values), 5.0), \
         [s.values for _, s in rig.statuses()]
+    # the set-point still stands: the command is computed torque toward Q_GOAL
+    tau = rig.command_after(JOINTS, Q, np.zeros(6))
+    assert rel_err(tau, toward(Q_GOAL, Q)) <= 1e-9, (tau, rig.output())
     count = rig.settle(commands)
     bad_states = [
         JointState(name=JOINTS[:5] + JOINTS[:1], position=[0.0] * 6),
@@ -176,9 +179,9 @@ def test_hostile_states_and_trajectories_never_move_the_command(rig):
     assert only_the_stop_command(commands[count:], Q, toward(Q_GOAL, Q)), \
         "a command was published for a bad state"
 
-    # the set-point still stands: the command is computed torque toward Q_GOAL
+    # no usable state for state_timeout dropped the reference: the next state is held
     tau = rig.command_after(JOINTS, Q, np.zeros(6))
-    assert rel_err(tau, toward(Q_GOAL, Q)) <= 1e-9, (tau, rig.output())
+    assert rel_err(tau, toward(Q, Q)) <= 1e-9, (tau, rig.output())
     # huge but finite positions: a command goes out, clamped
     tau = rig.command_after(JOINTS, np.full(6, 1e12))
     assert tau is not None and np.all(np.abs(tau) <= MODEL.effort_limit), rig.output()

@@ -50,11 +50,16 @@ def start(tmp_path, **params) -> Session:
 
 
 def after_silence(rig: Session, q: np.ndarray) -> tuple[list, np.ndarray | None]:
-    """Command the pose ``q``, then send nothing for three state_timeouts: the commands
-    published after the first one answering ``q`` but the last (answers to copies of the
-    state still in flight), and the last (None: there was none)."""
+    """Command the pose ``q`` toward the set-point (sent again: stale states drop the
+    reference), then send nothing for three state_timeouts: the commands published after the
+    first one answering ``q`` but the last (answers to copies of the state still in flight),
+    and the last (None: there was none)."""
     commands = rig.commands
-    assert rel_err(rig.command_after(JOINTS, q), toward(q)) <= 1e-9, rig.output()
+    assert rig.command_after(JOINTS, q) is not None, rig.output()
+    rig.publish_matched(JointTrajectory, "~/joint_trajectory", JointTrajectory(
+        joint_names=list(JOINTS), points=[JointTrajectoryPoint(positions=Q_GOAL.tolist())]))
+    assert rig.wait_for(lambda: rel_err(rig.command_after(JOINTS, q), toward(q)) <= 1e-9,
+                        10.0), rig.output()
     count = len(commands)
     rig.wait_for(lambda: False, 0.9)  # state_timeout is 0.3 s
     after = [np.array(c.data) for _, c in commands[count:]]

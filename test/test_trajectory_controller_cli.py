@@ -10,6 +10,7 @@ test/ros_tools.py and rb_dynamics/ros/control_node/trajectory_action.py); CI has
 from __future__ import annotations
 
 import shlex
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -116,7 +117,14 @@ class Driver:
 
 
 def _lifecycle(node: Session, command: str, expected: str) -> None:
-    result = _shell(command + LIFECYCLE_FLAGS)
+    """Run the CLI ``command`` while the test's peer spins: the driver's states go on (states
+    that stop for state_timeout would abort a goal before the transition does)."""
+    results: list = []
+    cli = threading.Thread(target=lambda: results.append(_shell(command + LIFECYCLE_FLAGS)))
+    cli.start()
+    node.peer.wait_for(lambda: not cli.is_alive(), 90.0)
+    cli.join()
+    result, = results
     assert result.returncode == 0 and result.stdout.strip() == expected, \
         f"{result}\n{node.output()}"
 
@@ -135,7 +143,7 @@ def test_lifecycle_as_in_the_docs_stops_efforts_and_aborts_the_goal(tmp_path):
         action = "/rb_dynamics/follow_joint_trajectory/_action/"
         assert driver.peer.wait_for(lambda: all(driver.peer.node.count_publishers(
             action + topic) for topic in ("feedback", "status")), 10.0)
-        handle = driver.send(duration=10)
+        handle = driver.send(duration=60)  # still running when a slow CLI deactivates
         assert handle.accepted
         _lifecycle(node, deactivate, "Transitioning successful")
         result = driver.result(handle)
@@ -199,6 +207,11 @@ def test_param_set_and_send_goal_as_in_the_docs(tmp_path):
             assert "Set parameter successful" in result.stdout, f"{result}\n{node.output()}"
         goal, = doc_commands("ros2 action send_goal")
         result = _shell(goal, timeout=60.0)
+        if "joint states stopped" in result.stdout:
+            # the simulator stalled past state_timeout (0.1 s, the default) on a loaded
+            # machine: the goal was rightly aborted; the documented goal once more
+            print(f"\nsent again: {result.stdout.splitlines()[-3:]}")
+            result = _shell(goal, timeout=60.0)
         assert result.returncode == 0, f"{result}\n{node.output()}\n{sim.output()}"
         assert "Goal accepted" in result.stdout, str(result)
         assert "error_code: 0" in result.stdout, str(result)

@@ -7,6 +7,9 @@ transition instead of raising.
 ``rclpy.spin()`` can stay in the wait set after a signal; spinning once with a timeout in a
 loop that checks a flag set by our own handlers always exits. A watchdog bounds the whole
 shutdown (``STOP_DEADLINE_S``): a node whose callback is stuck still exits, and says so.
+After a clean shutdown the process exits without tearing down the interpreter's heap (which
+the watchdog cannot bound: it grows with the Python objects alive, the goals an action server
+keeps for its clients among them).
 """
 
 from __future__ import annotations
@@ -195,11 +198,29 @@ def _exit_after(deadline: float, name: str) -> None:
     os._exit(0)
 
 
+def _exit_now(code: int) -> None:
+    """End the process with ``code`` once its output is out, skipping the interpreter's
+    teardown (everything that needs closing is closed)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed or broken stream: nothing to keep
+            pass
+    try:  # the C streams too: rcutils writes the log lines there
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):
+        pass
+    os._exit(code)
+
+
 def run_node(factory: Callable[..., Node], args: list[str] | None = None,
              name: str = "rb_dynamics") -> int:
-    """Create the node, spin it until a signal, shut down cleanly. Returns an exit code: 1 when
-    the node cannot be built or its environment breaks (logged as fatal under the node's name,
-    or ``name`` when there is no node yet), else 0."""
+    """Create the node, spin it until a signal, shut down cleanly, and end the process with an
+    exit code (it returns only when an unexpected exception ends it, raising it): 1 when the
+    node cannot be built or its environment breaks (logged as fatal under the node's name, or
+    ``name`` when there is no node yet), else 0."""
     rclpy.init(args=sys.argv if args is None else args,
                signal_handler_options=SignalHandlerOptions.NO)
     stop = {"requested": False}
@@ -233,4 +254,5 @@ def run_node(factory: Callable[..., Node], args: list[str] | None = None,
             rclpy.shutdown()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    _exit_now(code)
     return code

@@ -22,9 +22,13 @@ with").
 
 The other parts of the node talk to the loop through its methods: ``install`` a controller,
 ``start_publishing``/``stop_publishing``, ``set_max_rate``, ``reference_changed``/
-``holding_on_purpose`` (whether "no reference yet" is to be logged), and three listeners
-(``set_command_monitor``, ``set_state_recorder``, ``set_first_state_callback``) called on the
-loop's thread.
+``holding_on_purpose`` (whether "no reference yet" is to be logged), and four listeners
+(``set_command_monitor``, ``set_fault_listener``, ``set_state_recorder``,
+``set_first_state_callback``) called on the loop's thread.
+
+States that go stale drop the reference: when they come back (perhaps from another pose) the
+controller holds the first fresh measured position, as ros2_controllers' trajectory controller
+does when it starts, rather than jumping back to where the old reference has got to.
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ from rb_dynamics.ros.conversions import to_seconds
 from rb_dynamics.ros.diagnostics import Statistics, Totals
 from rb_dynamics.ros.runtime import SpinThread, ThrottledLogger, take_queued
 
-__all__ = ["CommandMonitor", "ControlLoop", "StateRecorder"]
+__all__ = ["CommandMonitor", "ControlLoop", "FaultListener", "StateRecorder"]
 
 AGE_SLOTS = 4096  # state ages kept per diagnostics period (preallocated: no allocation per state)
 # a clock jump larger than this (ns, a day) moves the origin positions are differenced from
@@ -64,6 +68,10 @@ ACK_WAIT = Duration(seconds=0.5)  # for the stop command to reach its reader at 
 # After each published command, on the loop thread under ``lock``, with the instant the
 # reference was sampled at, the controller and its output: it must take microseconds.
 CommandMonitor = Callable[[float, JointController, ControlOutput], None]
+# When the loop cannot go on with the reference, on the loop thread under ``lock``, before the
+# reference is dropped: ("stale", why) when states stopped coming while commanding, ("effort",
+# why) when the law's effort is not finite; and the controller. It must take microseconds.
+FaultListener = Callable[[str, str, JointController], None]
 # With each joint state after its command is out (outside ``lock``), and the controller that
 # took it (None: no controller yet).
 StateRecorder = Callable[[JointState, "JointController | None"], None]
@@ -84,6 +92,7 @@ class ControlLoop:
         self._command = Float64MultiArray()  # reused: the control path allocates little
         self._hold_reported = False
         self._monitor: CommandMonitor | None = None
+        self._fault_listener: FaultListener | None = None
         self._recorder: StateRecorder | None = None
         self._first_state: Callable[[], None] | None = None
         self.stop_command = "gravity"  # gravity, zero or none: the node's stop_command
@@ -168,6 +177,15 @@ class ControlLoop:
                                  f"{controller.max_state_age} s): stopped commanding"
                                  + (f" (last problem: {why})" if why else ""), "stale")
                     self._send_stop_command("joint states stopped")
+                    self._fault("stale", f"no usable joint state for {age:.3f} s (state_timeout "
+                                f"{controller.max_state_age} s)", controller)
+                    # the next fresh state is held where it is measured (see the docstring)
+                    controller.trajectory, controller.hold_position = None, None
+                    self._hold_reported = False
+
+    def _fault(self, kind: str, why: str, controller: JointController) -> None:
+        if self._fault_listener is not None:
+            self._fault_listener(kind, why, controller)
 
     def set_max_rate(self, rate: float) -> None:
         """At most ``rate`` commands per second (0: one per state)."""
@@ -185,6 +203,9 @@ class ControlLoop:
 
     def set_command_monitor(self, monitor: CommandMonitor | None) -> None:
         self._monitor = monitor
+
+    def set_fault_listener(self, listener: FaultListener | None) -> None:
+        self._fault_listener = listener
 
     def set_state_recorder(self, recorder: StateRecorder | None) -> None:
         self._recorder = recorder
@@ -284,6 +305,7 @@ class ControlLoop:
             out = controller.compute(now, reference_time)
         except ControllerError as exc:
             self.problem(str(exc), "compute")
+            self._fault("effort", str(exc), controller)
             return False
         self._publish(out.effort)
         self._commanding = True

@@ -155,7 +155,7 @@ class ControlNode(LifecycleNode):
 
     def _installed(self, model: Model, controller: JointController | None) -> None:
         self.payload.installed(model)
-        self.trajectory_action.controller_installed(controller)
+        self.trajectory_action.controller_installed(controller, model.name)
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -24,10 +24,8 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from rcl_interfaces.msg import SetParametersResult
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
-from rclpy.parameter import Parameter
 
 from rb_dynamics.control import (
     REFERENCE_MODES,
@@ -36,7 +34,6 @@ from rb_dynamics.control import (
     JointController,
     TrajectorySampler,
 )
-from rb_dynamics.ros import parameters as ros_params
 from rb_dynamics.ros.conversions import (
     ConversionError,
     to_seconds,
@@ -52,10 +49,10 @@ from .goal_tracking import (
     GoalError,
     GoalTracker,
     Outcome,
-    Tolerances,
     check_goal_message,
     goal_tolerances,
 )
+from .trajectory_parameters import JOINT_TOLERANCES, TRAJECTORY_PARAMETERS, TrajectoryParameters
 
 try:
     from control_msgs.action import FollowJointTrajectory
@@ -71,13 +68,6 @@ __all__ = ["JOINT_TOLERANCES", "MISSING", "TRAJECTORY_PARAMETERS", "TrajectoryAc
 STATE_BATCH = 10  # controller states per executor wake at the control rate
 MAX_PENDING_STATES = 1000  # older ones are dropped if the executor falls behind
 
-# ros2_controllers' joint_trajectory_controller names, described in the node's schema
-SCHEMA = ros_params.node_schema("control_node")
-TRAJECTORY_PARAMETERS = SCHEMA.select(
-    "constraints.goal_time", "constraints.stopped_velocity_tolerance",
-    "allow_nonzero_velocity_at_trajectory_end", "action_monitor_rate", "state_publish_rate")
-JOINT_TOLERANCES = SCHEMA.maps["constraints"]  # constraints.<joint>.trajectory|goal
-
 
 class TrajectoryAction:
     """The action server, the state topic and their parameters, on the control node ``node``
@@ -88,8 +78,8 @@ class TrajectoryAction:
                  has_model: Callable[[], bool]) -> None:
         self.node, self.loop, self.is_active, self.has_model = node, loop, is_active, has_model
         self.log = node.get_logger()
-        ros_params.declare(node, TRAJECTORY_PARAMETERS)
-        self.settings = ros_params.read(node, TRAJECTORY_PARAMETERS)
+        self.parameters = TrajectoryParameters(node)
+        self.settings = self.parameters.settings  # checked values, kept current
         self._goal: GoalTracker | None = None  # the goal being executed (under loop.lock)
         self._finished: list[GoalTracker] = []  # ended on the loop thread, not yet told
         # controller states due for publishing (references to the loop's arrays), told to the
@@ -98,7 +88,6 @@ class TrajectoryAction:
         self._next_state = -math.inf
         self._new_joints: list[str] = []  # joints whose constraints.* are to be declared
         self._prepared: dict[int, GoalTracker] = {}  # goal callback → accepted callback
-        node.add_on_set_parameters_callback(self._on_set_parameters)
         group = ReentrantCallbackGroup()
         # woken from the loop thread (a goal ended, a state is due) and the model loader
         self._news = node.create_guard_condition(self._on_news, callback_group=group)
@@ -117,60 +106,37 @@ class TrajectoryAction:
             node, FollowJointTrajectory, "~/follow_joint_trajectory",
             execute_callback=self._unexpected, goal_callback=self._on_goal,
             handle_accepted_callback=self._on_accepted, cancel_callback=self._on_cancel,
-            callback_group=group)
+            callback_group=group,
+            # a finished goal's request (all its points) is kept with its result until then
+            result_timeout=self.settings["action_result_timeout"])
         self._feedback_timer = node.create_timer(1.0 / self.settings["action_monitor_rate"],
                                                  self._publish_feedback, callback_group=group)
         self._feedback_timer.cancel()  # runs while a goal does
         loop.set_command_monitor(self._on_command)
+        loop.set_fault_listener(self._on_fault)
 
     def destroy(self) -> None:
         self.loop.set_command_monitor(None)
+        self.loop.set_fault_listener(None)
         if self.server is not None:
             self.server.destroy()
 
     # ------------------------------------------------------------------ parameters
 
-    def controller_installed(self, controller: JointController | None) -> None:
-        """Declare ``constraints.<joint>.trajectory|goal`` for a new controller's joints (on
-        the executor: the model loader runs on a thread of its own)."""
-        if controller is not None:
-            with self.loop.lock:
+    def controller_installed(self, controller: JointController | None, model: str) -> None:
+        """A new model (``model``: its name) and its controller are in: the goal being executed
+        ends (its trajectory was for the old one), and ``constraints.<joint>.trajectory|goal``
+        are declared for the new joints (on the executor: the model loader runs on a thread of
+        its own)."""
+        with self.loop.lock:
+            goal = self._goal
+            if goal is not None and goal.controller is not controller:
+                self._end(goal, Outcome("abort", INVALID_GOAL, "Aborted: a new robot "
+                                        f"description ({model!r}) replaced the controller"),
+                          None)
+            if controller is not None:
                 self._new_joints.extend(controller.joints)
-            self._news.trigger()
-
-    def _declare_joint_constraints(self, joints: list[str]) -> None:
-        for joint in joints:
-            for name, spec in JOINT_TOLERANCES.specs(joint).items():
-                if self.node.has_parameter(name):
-                    continue
-                try:
-                    self.node.declare_parameter(name, spec.default, spec.descriptor())
-                except Exception as exc:  # noqa: BLE001 - a bad value from a file
-                    self.log.error(f"{name}: {exc}; using {spec.default} (not checked)")
-                    self.node.declare_parameter(name, spec.default, spec.descriptor(),
-                                                ignore_override=True)
-
-    def _on_set_parameters(self, parameters: list[Parameter]) -> SetParametersResult:
-        try:
-            for p in parameters:
-                if p.name in TRAJECTORY_PARAMETERS:
-                    self.settings[p.name] = ros_params.check(
-                        p.name, TRAJECTORY_PARAMETERS[p.name], p.value)
-                elif (spec := JOINT_TOLERANCES.spec_of(p.name)) is not None:
-                    ros_params.check(p.name, spec, p.value)
-        except ValueError as exc:
-            return SetParametersResult(successful=False, reason=str(exc))
-        return SetParametersResult(successful=True)
-
-    def _default_tolerances(self, joints: list[str]) -> Tolerances:
-        def value(name: str) -> float:
-            return float(self.node.get_parameter_or(name, Parameter(name, value=0.0)).value)
-
-        return Tolerances.defaults(
-            [value(f"constraints.{j}.trajectory") for j in joints],
-            [value(f"constraints.{j}.goal") for j in joints],
-            self.settings["constraints.stopped_velocity_tolerance"],
-            self.settings["constraints.goal_time"])
+        self._news.trigger()
 
     # ------------------------------------------------------------------ loop thread
 
@@ -191,6 +157,20 @@ class TrajectoryAction:
                 wake = True
         if wake:
             self._news.trigger()
+
+    def _on_fault(self, kind: str, why: str, controller: JointController) -> None:
+        """The loop cannot follow the reference (on its thread, under its lock): the goal ends.
+        Stale states: the loop restarts the reference from the next fresh state; a non-finite
+        effort: the measured position is held."""
+        goal = self._goal
+        if goal is None:
+            return
+        if kind == "stale":
+            outcome = Outcome("abort", INVALID_GOAL, f"Aborted: joint states stopped: {why}")
+        else:
+            outcome = Outcome("abort", INVALID_GOAL, f"Aborted: {why}", hold=True)
+        self._end(goal, outcome, controller)
+        self._news.trigger()
 
     def _end(self, goal: GoalTracker, outcome: Outcome, controller: JointController | None
              ) -> None:
@@ -218,7 +198,7 @@ class TrajectoryAction:
             self._states.clear()
             joints, self._new_joints = self._new_joints, []
         if joints:
-            self._declare_joint_constraints(joints)
+            self.parameters.declare_joint_constraints(joints)
         for goal in finished:
             self._tell(goal)
         if self.server is not None:
@@ -291,7 +271,7 @@ class TrajectoryAction:
             raise GoalError(OLD_HEADER_TIMESTAMP, f"Received trajectory with non-zero start "
                             f"time ({stamp:.6f}) that ends in the past ({end:.6f} < now "
                             f"{now:.6f})")
-        tolerances = goal_tolerances(self._default_tolerances(controller.joints),
+        tolerances = goal_tolerances(self.parameters.default_tolerances(controller.joints),
                                      controller.joints, goal.path_tolerance,
                                      goal.goal_tolerance, to_seconds(goal.goal_time_tolerance))
         try:
