@@ -19,6 +19,7 @@ import numpy as np
 from rb_dynamics.dynamics import Dynamics, make_dynamics
 from rb_dynamics.model import Model, check_choice
 
+from .feasibility import motion_violation
 from .law import CONTROL_MODES, REFERENCE_MODES, ControlLaw, ControllerError, check_gains
 from .limits import EffortLimiter, bound_effort
 from .trajectory import (
@@ -155,7 +156,10 @@ class JointController:
     hold the position measured when holding began, at rest. A new trajectory starts from the
     measured state, or with ``interpolate_from_desired_state`` from the current reference
     (its position, velocity and feed-forward; the measured state when the last effort was
-    not finite), as ros2_controllers' trajectory controller does; the gains of the law are
+    not finite), as ros2_controllers' trajectory controller does; with ``refuse_infeasible``
+    (the node's default; off here) a trajectory that leaves the URDF position or velocity limits, the way from the start state
+    to its first point included, is refused naming the first violation
+    (``feasibility.motion_violation``); the gains of the law are
     ``law.kp`` … ``law.i_clamp`` (``ControlLaw``).
     Times are seconds on the caller's clock; nothing is computed from a state older than
     ``max_state_age``. ``dynamics`` defaults to ``make_dynamics(model)``. Raises
@@ -178,6 +182,7 @@ class JointController:
         friction_compensation: bool = False,
         soft_limits: bool = False,
         interpolate_from_desired_state: bool = False,
+        refuse_infeasible: bool = False,
         max_state_age: float = 0.1,
         missing_velocity: MissingVelocity | None = None,
         dynamics: Dynamics | None = None,
@@ -202,6 +207,7 @@ class JointController:
         self.effort_scale = 1.0  # commands are clamped to effort_scale × the URDF limit
         self.limiter = EffortLimiter(model) if soft_limits else None
         self.interpolate_from_desired_state = bool(interpolate_from_desired_state)
+        self.refuse_infeasible = bool(refuse_infeasible)
         self.q = self.v = None
         self.state_time = -math.inf
         self.trajectory: TrajectorySampler | None = None
@@ -319,10 +325,16 @@ class JointController:
                 start_efforts = self.trajectory.sample_effort(now)
         columns = [self.state_index[name] for name in names]
         try:
-            return TrajectorySampler(_over_the_model(points, columns, q_hold), start, q_start,
-                                     v_start, self.law.continuous, start_efforts)
+            sampler = TrajectorySampler(_over_the_model(points, columns, q_hold), start,
+                                        q_start, v_start, self.law.continuous, start_efforts)
         except TrajectoryError as exc:
             raise ControllerError(f"trajectory: {exc}") from None
+        if self.refuse_infeasible:
+            violation = motion_violation(self.model, sampler)
+            if violation is not None:
+                raise ControllerError(f"trajectory: not feasible: {violation} (URDF limits; "
+                                      "refuse_infeasible_trajectories)")
+        return sampler
 
     def set_trajectory(self, names: Sequence[str], points: Sequence[TrajectoryPoint],
                        now: float, start: float | None = None) -> None:

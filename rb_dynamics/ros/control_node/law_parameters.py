@@ -5,8 +5,9 @@ and changes to a running one, validated before anything is set (no rclpy import)
 The gains (``kp``, ``kd``, ``impedance.stiffness``, ``impedance.damping``, ``ki``,
 ``i_clamp``) are one value per commanded joint or one for all; a refusal names the parameter
 and its bad entry. The switches (``friction_compensation``, ``soft_limits``,
-``interpolate_from_desired_state``), ``state_timeout``, ``effort_scale`` and the handling of
-joint states without velocities (``missing_velocity``, ``velocity_cutoff``) apply as they are.
+``interpolate_from_desired_state``, ``refuse_infeasible_trajectories``), ``state_timeout``,
+``effort_scale`` and the handling of joint states without velocities (``missing_velocity``,
+``velocity_cutoff``) apply as they are.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ def controller_options(value: Callable[[str], Any]) -> dict[str, Any]:
     options.update(mode=value("mode"), friction_compensation=value("friction_compensation"),
                    soft_limits=value("soft_limits"),
                    interpolate_from_desired_state=value("interpolate_from_desired_state"),
+                   refuse_infeasible=value("refuse_infeasible_trajectories"),
                    max_state_age=value("state_timeout"),
                    missing_velocity=MissingVelocity(value("missing_velocity"),
                                                     value("velocity_cutoff")))
@@ -66,6 +68,8 @@ def apply_law_changes(controller: JointController, changes: dict[str, Any],
         controller.soft_limits = changes["soft_limits"]
     controller.interpolate_from_desired_state = changes.get(
         "interpolate_from_desired_state", controller.interpolate_from_desired_state)
+    controller.refuse_infeasible = changes.get("refuse_infeasible_trajectories",
+                                               controller.refuse_infeasible)
     controller.max_state_age = changes.get("state_timeout", controller.max_state_age)
     controller.effort_scale = changes.get("effort_scale", controller.effort_scale)
     missing = controller.state_reader.missing_velocity
