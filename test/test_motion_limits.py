@@ -12,6 +12,8 @@ joint into its stop (``accepted`` was True in each ``refused`` below).
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from rcl_interfaces.msg import Parameter as ParameterMsg
@@ -19,6 +21,8 @@ from rcl_interfaces.msg import ParameterType, ParameterValue
 from rcl_interfaces.srv import SetParameters
 from test_trajectory_action import MISSING, ClosedLoop, min_jerk_points, refused
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+
+from rb_dynamics.control.stability import max_stable_kp
 
 pytestmark = pytest.mark.skipif(MISSING is not None, reason=str(MISSING))
 if MISSING is None:
@@ -126,3 +130,72 @@ def test_the_check_can_be_turned_off(arm):
         _set_bool(arm, "refuse_infeasible_trajectories", True)
     code, text = refused(arm, _goal(arm, [_point(target, 20.0)]))
     assert "position limit of elbow_joint" in text, text
+
+
+# ----------------------------------------------------------------------------- gains
+
+
+def _set(arm, **values):
+    """The set-parameters result of ``values`` (double arrays, doubles or strings)."""
+    params = []
+    for name, value in values.items():
+        name = name.replace("__", ".")
+        if isinstance(value, list):
+            v = ParameterValue(type=ParameterType.PARAMETER_DOUBLE_ARRAY, double_array_value=value)
+        elif isinstance(value, str):
+            v = ParameterValue(type=ParameterType.PARAMETER_STRING, string_value=value)
+        else:
+            v = ParameterValue(type=ParameterType.PARAMETER_DOUBLE, double_value=value)
+        params.append(ParameterMsg(name=name, value=v))
+    answer = arm.peer.call(arm.params, SetParameters.Request(parameters=params))
+    return answer.results[0]
+
+
+def test_gains_past_the_stability_bound_are_refused_mid_motion_naming_it(arm):
+    """kp 1e9 or kd 1e9 while a goal runs (the code this was written against took them: the
+    arm reached 170–190× its velocity limit) are refused with the bound at the measured state
+    period (1 ms in lock-step on simulated time, however slow the machine); the goal goes on
+    and succeeds. Gains inside the bound are taken."""
+    q = arm.q()
+    handle = arm.send(arm.goal(q + 0.2, duration=2.0))
+    arm.wait_sim(0.3)
+    result = _set(arm, kp=[1e9])
+    assert not result.successful
+    found = re.fullmatch(r"kp 1e\+09 with kd 40 on shoulder_pan_joint makes the sampled loop "
+                         r"unstable: kp < ([\d.]+) at the state period ([\d.]+) ms",
+                         result.reason)
+    assert found, result.reason
+    # the period of the commands: 1 ms of simulated time, more when states were superseded
+    bound, period = float(found[1]), float(found[2]) * 1e-3
+    assert 0.9e-3 < period < 5e-3, result.reason
+    assert bound == pytest.approx(max_stable_kp(40.0, period), rel=0.02)
+    result = _set(arm, kd=[1e9])
+    assert not result.successful and re.search(r"kd < [\d.]+ at the state period",
+                                               result.reason), result.reason
+    # impedance's gains act on the arm's inertia: a wrist's is below 0.01 kg·m²
+    result = _set(arm, impedance__damping=[10.0])
+    assert not result.successful and re.fullmatch(
+        r"impedance.damping 10 on wrist_\d_joint makes the sampled loop unstable: impedance."
+        r"damping < [\d.]+ at the state period [\d.]+ ms on the effective inertia [\d.e-]+",
+        result.reason), result.reason
+    assert _set(arm, kp=[500.0], kd=[45.0]).successful  # inside the bound
+    assert arm.result(handle)[0] == "SUCCEEDED"
+    assert _set(arm, kp=[400.0], kd=[40.0]).successful
+
+
+def test_a_publish_rate_holding_commands_past_state_timeout_is_refused(arm):
+    """max_publish_rate 0.5 (the code this was written against took it: 2 s between commands,
+    the held torque drove the arm to 69× its velocity limit) against state_timeout 0.1 s."""
+    result = _set(arm, max_publish_rate=0.5)
+    assert not result.successful
+    assert result.reason.startswith("max_publish_rate 0.5 holds each command 2 s, longer than "
+                                    "state_timeout 0.1 s"), result.reason
+    assert "at least 10 Hz" in result.reason, result.reason
+    assert _set(arm, max_publish_rate=20.0).successful
+    try:  # the other way round: a state_timeout shorter than the commands' period
+        result = _set(arm, state_timeout=0.01)
+        assert not result.successful and result.reason.startswith(
+            "max_publish_rate 20 holds each command 0.05 s, longer than state_timeout 0.01 s"), \
+            result.reason
+    finally:
+        assert _set(arm, max_publish_rate=0.0).successful

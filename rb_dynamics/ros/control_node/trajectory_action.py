@@ -79,14 +79,27 @@ TRAJECTORY_PARAMETERS = SCHEMA.select(
 JOINT_TOLERANCES = SCHEMA.maps["constraints"]  # constraints.<joint>.trajectory|goal
 
 
+def inactive_reason(state: str, node_name: str) -> str:
+    """Why a node in lifecycle ``state`` (not active) takes no goal, and what makes it take
+    them: ``activate`` from inactive, ``configure`` first from unconfigured; from finalized
+    nothing (a new process)."""
+    if state == "finalized":
+        return ("the node is finalized (shut down): it takes no goals; start a new node to "
+                "follow trajectories")
+    steps = "configure, then activate" if state == "unconfigured" else "activate"
+    return (f"the controller is not active (lifecycle state {state}): ros2 lifecycle set "
+            f"{node_name} {steps}")
+
+
 class TrajectoryAction:
     """The action server, the state topic and their parameters, on the control node ``node``
-    driving ``loop``. ``is_active`` says whether the node is active (lifecycle), ``has_model``
-    whether it has a robot model."""
+    driving ``loop``. ``lifecycle_state`` gives the node's state (goals while "active"),
+    ``has_model`` whether it has a robot model."""
 
-    def __init__(self, node: Node, loop: ControlLoop, is_active: Callable[[], bool],
+    def __init__(self, node: Node, loop: ControlLoop, lifecycle_state: Callable[[], str],
                  has_model: Callable[[], bool]) -> None:
-        self.node, self.loop, self.is_active, self.has_model = node, loop, is_active, has_model
+        self.node, self.loop, self.has_model = node, loop, has_model
+        self.lifecycle_state = lifecycle_state
         self.log = node.get_logger()
         ros_params.declare(node, TRAJECTORY_PARAMETERS)
         self.settings = ros_params.read(node, TRAJECTORY_PARAMETERS)
@@ -265,9 +278,9 @@ class TrajectoryAction:
 
     def _prepare(self, goal: Any) -> GoalTracker:
         """A tracker for ``goal`` (GoalError with the Result code and the reason)."""
-        if not self.is_active():
-            raise GoalError(INVALID_GOAL, "the controller is not active (lifecycle): "
-                            f"ros2 lifecycle set {self.node.get_fully_qualified_name()} activate")
+        if self.lifecycle_state() != "active":
+            raise GoalError(INVALID_GOAL, inactive_reason(self.lifecycle_state(),
+                                                          self.node.get_fully_qualified_name()))
         controller = self.loop.controller
         if controller is None:
             raise GoalError(INVALID_GOAL, "this model has nothing to command" if
@@ -308,7 +321,7 @@ class TrajectoryAction:
             return
         goal.handle = handle
         with self.loop.lock:
-            if self.loop.controller is not goal.controller or not self.is_active():
+            if self.loop.controller is not goal.controller or self.lifecycle_state() != "active":
                 refused = GoalError(INVALID_GOAL, "the controller changed while the goal was "
                                     "being prepared; send it again")
             else:
