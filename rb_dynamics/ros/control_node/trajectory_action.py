@@ -86,9 +86,10 @@ def inactive_reason(state: str, node_name: str) -> str:
     if state == "finalized":
         return ("the node is finalized (shut down): it takes no goals; start a new node to "
                 "follow trajectories")
-    steps = "configure, then activate" if state == "unconfigured" else "activate"
-    return (f"the controller is not active (lifecycle state {state}): ros2 lifecycle set "
-            f"{node_name} {steps}")
+    first = (f" (it is unconfigured: ros2 lifecycle set {node_name} configure first)"
+             if state == "unconfigured" else "")
+    return (f"the controller is not active (lifecycle): ros2 lifecycle set {node_name} "
+            f"activate{first}")
 
 
 class TrajectoryAction:
