@@ -28,8 +28,10 @@ Q = np.array([0.1, -1.2, 1.0, -0.5, 0.3, 0.2])
 
 @pytest.fixture()
 def rig(tmp_path):
+    # set-points far from the measured state (jumps the node refuses as infeasible by default)
     session = control_node(tmp_path, {"urdf_path": str(UR5), "kp": [100.0], "kd": [20.0],
-                                      "state_timeout": 0.5})
+                                      "state_timeout": 0.5,
+                                      "refuse_infeasible_trajectories": False})
     yield session
     session.close()
 

@@ -222,3 +222,63 @@ def test_given_efforts_are_checked_at_the_points():
     assert report.effort_ratio[4] == pytest.approx(30.0 / 28.0)
     with pytest.raises(ValueError, match=r"efforts must have shape \(5, 6\)"):
         F.feasibility_report(model, t, q, v, a, efforts=efforts[:, :5])
+
+
+# ----------------------------------------------------------------------------- a reference
+
+
+def _sampler(points, q0, v0=None):
+    return TrajectorySampler([TrajectoryPoint(t, np.asarray(p, float),
+                                              None if v is None else np.asarray(v, float))
+                              for t, p, v in points], 0.0, np.asarray(q0, float), v0)
+
+
+def test_motion_violation_names_the_first_jump_overshoot_and_position():
+    model = load_model(DEFAULT_URDF)
+    q0 = np.zeros(model.nv)
+    far = q0.copy()
+    far[0] = 1.5
+    jump = F.motion_violation(model, _sampler([(0.0, far, None), (1.0, far, None)], q0))
+    assert (jump.kind, jump.joint, jump.point, jump.between) == (
+        "velocity", "shoulder_pan_joint", 0, True)
+    assert jump.value == pytest.approx(1.5 / F.START_JUMP_TIME)
+    assert "between the start state and point 0" in str(jump) and "a jump" in str(jump)
+    fast = F.motion_violation(model, _sampler([(0.05, far, None)], q0))
+    assert fast.value == pytest.approx(30.0) and fast.time == pytest.approx(0.005)
+    # the same way at the velocity limit is feasible; 10 % over it is not
+    limit = model.velocity_limit[0]
+    assert F.motion_violation(model, _sampler([(1.5 / limit, far, None)], q0)) is None
+    assert F.motion_violation(model, _sampler([(1.5 / limit / 1.1, far, None)], q0)) is not None
+    # a start at the measured state up to noise, due at once, is no jump
+    near = q0 + 1e-4
+    assert F.motion_violation(model, _sampler([(0.0, near, None), (2.0, far, None)], q0)) is None
+    # past the position limit of the elbow (±π), slowly: named at the point
+    beyond = q0.copy()
+    beyond[2] = 4.0
+    hit = F.motion_violation(model, _sampler([(5.0, beyond, None), (9.0, q0, None)], q0))
+    assert (hit.kind, hit.joint, hit.point) == ("position", "elbow_joint", 0)
+    assert hit.limit == pytest.approx(model.position_upper[2] + F.POSITION_MARGIN)
+    # an arm measured past a limit may be sent back inside
+    outside = q0.copy()
+    outside[2] = model.position_upper[2] + 0.01
+    assert F.motion_violation(model, _sampler([(2.0, q0, None)], outside)) is None
+
+
+def test_motion_violation_checks_cubic_and_quintic_segments_between_points():
+    model = load_model(DEFAULT_URDF)
+    q0, rest = np.zeros(model.nv), np.zeros(model.nv)
+    out = q0.copy()
+    out[1] = 1.0
+    # a cubic out and back in 0.4 s: its velocity peaks at 1.5 rad / 0.2 s, past 3.15 rad/s
+    points = [(0.2, out, rest), (0.4, q0, rest)]
+    hit = F.motion_violation(model, _sampler(points, q0, rest))
+    assert (hit.kind, hit.joint, hit.point, hit.between) == (
+        "velocity", "shoulder_lift_joint", 0, True)
+    # the first grid sample past the limit (1.05 × 3.15), not the peak
+    assert 3.15 * 1.05 < hit.value <= 1.5 / 0.2 and hit.time < 0.1
+    slow = [(2.0, out, rest), (4.0, q0, rest)]
+    assert F.motion_violation(model, _sampler(slow, q0, rest)) is None
+    # quintic, 10,000 points: vectorized (the goal callback runs it)
+    t = np.linspace(0.01, 10.0, 10_000)
+    pts = [TrajectoryPoint(float(s), q0 + 0.1 * np.sin(s), rest, rest) for s in t]
+    assert F.motion_violation(model, TrajectorySampler(pts, 0.0, q0, rest)) is None

@@ -293,9 +293,10 @@ def test_a_trajectory_that_ended_is_refused_and_the_set_point_stands(tmp_path):
 def test_an_overflowing_reference_is_refused_cleanly_and_does_not_poison_the_next(tmp_path):
     """15.9: a reference at 1e308 raised ValueError from the loop every 2 s with a traceback,
     and broke the next trajectory too. A point past ±1e9 is refused where it is read; the
-    overflow comes here from a gain of 1e300 and a reference 1e9 rad away."""
+    overflow comes here from a gain of 1e300 and a reference 1e9 rad away (past the URDF
+    limits: the node refuses such a reference unless told not to)."""
     node = control_node(tmp_path, urdf_path=str(UR5), mode="computed_torque", kp=[1e300],
-                        kd=[20.0])
+                        kd=[20.0], refuse_infeasible_trajectories=False)
     statuses(node)  # subscribed from here on: the report of the refusal's second is not missed
     q = np.zeros(6)
     assert node.command_after(UR5_JOINTS, q) is not None, node.output()

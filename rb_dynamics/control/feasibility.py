@@ -27,7 +27,12 @@ from rb_dynamics.dynamics import Payload, PayloadEffort
 from rb_dynamics.dynamics import reference as dynamics
 from rb_dynamics.model import Model, finite_array
 
-from .trajectory import MAX_TRAJECTORY_POINTS, evaluate_spline, spline_coefficients
+from .trajectory import (
+    MAX_TRAJECTORY_POINTS,
+    TrajectorySampler,
+    evaluate_spline,
+    spline_coefficients,
+)
 
 __all__ = [
     "DEFAULT_SAMPLES_PER_SEGMENT",
@@ -36,6 +41,7 @@ __all__ = [
     "FeasibilityReport",
     "Violation",
     "feasibility_report",
+    "motion_violation",
     "trajectory_efforts",
 ]
 
@@ -58,12 +64,14 @@ class Violation:
     # (at a point's time: its sampled state, or the segment's end just before, whichever is over)
     value: float  # position (rad or m), velocity or effort there
     limit: float  # the limit it passes (the bound crossed, for positions)
+    detail: str = ""  # appended to the text: how the value is obtained
 
     def __str__(self) -> str:
-        where = (f"between points {self.point - 1} and {self.point}" if self.between
+        where = ("between the start state and point 0" if self.between and self.point == 0
+                 else f"between points {self.point - 1} and {self.point}" if self.between
                  else f"at point {self.point}")
         return (f"{self.kind} limit of {self.joint} exceeded {where} (t = {self.time:.6g} s): "
-                f"{self.value:.6g} against {self.limit:.6g}")
+                f"{self.value:.6g} against {self.limit:.6g}{self.detail}")
 
 
 @dataclass
@@ -363,3 +371,109 @@ def feasibility_report(
         samples_per_segment=int(samples_per_segment),
         notes=_notes(model, v, a),
     )
+
+
+# ----------------------------------------------------------------------------- a reference
+
+
+POSITION_MARGIN = 1e-3  # rad or m a reference may pass a position limit by (spline overshoot)
+VELOCITY_MARGIN = 0.05  # fraction a reference may pass a velocity limit by
+# a point due at the start (time_from_start 0) is a jump of the reference (a set-point): feasible
+# when the velocity limit covers it in this time (s). At the default gains (kp 100, kd 20:
+# critically damped at ω = 10 rad/s) a step Δq peaks at ω e⁻¹ Δq ≈ Δq / 0.27 s, so such a step
+# keeps the arm inside its velocity limit; a goal starting where the arm is passes whatever the
+# noise
+START_JUMP_TIME = 0.25
+
+
+def motion_violation(model: Model, sampler: TrajectorySampler,
+                     samples_per_segment: int = DEFAULT_SAMPLES_PER_SEGMENT
+                     ) -> Violation | None:
+    """The first instant the reference ``sampler`` (over ``model``'s coordinates) leaves the
+    URDF position or velocity limits, None if it does not: the points (positions; velocities
+    where given) and ``samples_per_segment`` instants of every segment of the spline the
+    controller follows, including the first one, from the start state (row 0) to point 0.
+
+    Joints without a limit (continuous joints' positions, a velocity limit of 0 or none) are
+    not checked. The limits are widened by ``POSITION_MARGIN`` and ``VELOCITY_MARGIN`` (a
+    planner's trajectory at its limits overshoots them a little between the points), and on
+    the first segment to include the start state itself (an arm measured a little past a
+    limit can still be sent back). A point 0 due at the start is a jump, infeasible when it
+    is further from the start state than the velocity limit covers in ``START_JUMP_TIME``.
+    Point and segment indices in the Violation are the goal's (point 0 its first point)."""
+    _check_model(model)
+    t = np.asarray(sampler.times)
+    q, v = sampler.positions, sampler.velocities
+    lower = model.position_lower - POSITION_MARGIN
+    upper = model.position_upper + POSITION_MARGIN
+    v_limit = np.where(model.velocity_limit > 0, model.velocity_limit, np.inf) * (
+        1.0 + VELOCITY_MARGIN)
+    names = list(model.joint_names)
+    jump = t[1] <= t[0]
+    if jump:
+        step = np.abs(q[1] - q[0]) / START_JUMP_TIME
+        over = step > v_limit
+        if over.any():
+            j = int(np.argmax(over))
+            return Violation("velocity", names[j], 0.0, 0, True, float(step[j]),
+                             float(v_limit[j]), f" (point 0 is due at the start, "
+                             f"{abs(q[1, j] - q[0, j]):.6g} from the start state: a jump, "
+                             f"as if made in {START_JUMP_TIME} s)")
+    # states in time order: segment k's samples (its last at point k's time), then point k
+    samples = samples_per_segment
+    grid_q = np.repeat(q[1:, None, :], samples, axis=1)  # (points, samples, n)
+    grid_v = np.zeros_like(grid_q)
+    fractions = np.arange(1, samples + 1) / samples
+    for kind in _segment_kinds(sampler):
+        k = kind[(kind > 1) | ~jump]  # rows a segment of positive duration leads to
+        if not len(k):
+            continue
+        durations = t[k] - t[k - 1]
+        c = spline_coefficients(durations, *_rows(sampler, k - 1), *_rows(sampler, k))
+        local = durations[:, None] * fractions  # (m, samples)
+        powers = local[..., None] ** np.arange(6)  # (m, samples, 6)
+        grid_q[k - 1] = np.einsum("msp,pmn->msn", powers, c)
+        grid_v[k - 1] = np.einsum("msp,pmn->msn", powers[..., :5] * np.arange(1, 6), c[1:])
+    row_v = np.where(sampler.has_velocity[1:, None], v[1:], 0.0)
+    states_q = np.concatenate([grid_q, q[1:, None, :]], axis=1).reshape(-1, q.shape[1])
+    states_v = np.concatenate([grid_v, row_v[:, None, :]], axis=1).reshape(-1, q.shape[1])
+    # the first segment may run from the start state itself
+    first = slice(0, samples)
+    lo = np.broadcast_to(lower, states_q.shape).copy()
+    hi = np.broadcast_to(upper, states_q.shape).copy()
+    vl = np.broadcast_to(v_limit, states_v.shape).copy()
+    lo[first], hi[first] = np.minimum(lower, q[0]), np.maximum(upper, q[0])
+    vl[first] = np.maximum(v_limit, np.abs(v[0]) * (1.0 + VELOCITY_MARGIN))
+    position_over = (states_q < lo) | (states_q > hi)
+    velocity_over = np.abs(states_v) > vl
+    bad = position_over | velocity_over
+    flat = bad.any(axis=1)
+    if not flat.any():
+        return None
+    s = int(np.argmax(flat))
+    point, sample = divmod(s, samples + 1)
+    at_point = sample >= samples - 1  # the segment's end is at the point's time
+    time = t[point] + (t[point + 1] - t[point]) * min(sample + 1, samples) / samples
+    j = int(np.argmax(bad[s]))
+    if position_over[s, j]:
+        value = float(states_q[s, j])
+        limit = float(lo[s, j] if value < lo[s, j] else hi[s, j])
+        return Violation("position", names[j], float(time), point, not at_point, value, limit)
+    return Violation("velocity", names[j], float(time), point, not at_point,
+                     float(states_v[s, j]), float(vl[s, j]))
+
+
+def _segment_kinds(sampler: TrajectorySampler) -> list[np.ndarray]:
+    """Rows k ≥ 1 grouped by the spline of the segment from row k − 1 to row k."""
+    velocity = sampler.has_velocity[:-1] & sampler.has_velocity[1:]
+    acceleration = velocity & sampler.has_acceleration[:-1] & sampler.has_acceleration[1:]
+    rows = np.arange(1, len(sampler.times))
+    return [rows[~velocity], rows[velocity & ~acceleration], rows[acceleration]]
+
+
+def _rows(sampler: TrajectorySampler, k: np.ndarray):
+    """(p, ṗ or None, p̈ or None) of rows ``k`` that share a spline kind."""
+    with_v = bool(sampler.has_velocity[k].all())
+    with_a = with_v and bool(sampler.has_acceleration[k].all())
+    return (sampler.positions[k], sampler.velocities[k] if with_v else None,
+            sampler.accelerations[k] if with_a else None)

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from rb_dynamics.dynamics import Dynamics, make_dynamics
-from rb_dynamics.model import Model, check_choice
+from rb_dynamics.model import Model, check_choice, name_list, repeated_names
 
+from .feasibility import motion_violation
 from .law import CONTROL_MODES, REFERENCE_MODES, ControlLaw, ControllerError, check_gains
 from .limits import EffortLimiter, bound_effort
 from .trajectory import (
@@ -102,7 +103,7 @@ class JointStateReader:
         if len(pairs) != len(self.state_index):
             seen = set(names)
             missing = [n for n in self.model.joint_names if n not in seen]
-            raise ControllerError(f"joint_states: missing joints {missing}")
+            raise ControllerError(f"joint_states: missing joints {name_list(missing)}")
         rows = np.array([k for k, _ in pairs], dtype=int)
         columns = np.array([index for _, index in pairs], dtype=int)
         in_order = len(names) == self.model.nq and np.array_equal(columns, np.arange(len(names)))
@@ -140,6 +141,38 @@ def _over_the_model(points: Sequence[TrajectoryPoint], columns: list[int],
             for k, point in enumerate(points)]
 
 
+def _check_reference(names: Sequence[str], known: dict[str, int],
+                     points: Sequence[TrajectoryPoint], start: float, now: float) -> None:
+    """ControllerError for a reference by ``names`` (of the ``known`` joints) from ``start``
+    that cannot be followed: no, unknown or repeated names, too many points, ended before
+    ``now``."""
+    if not names:
+        raise ControllerError("trajectory: no joint names")
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ControllerError(f"trajectory: unknown joints {name_list(unknown)}")
+    repeated = repeated_names(names)
+    if repeated:
+        raise ControllerError(f"trajectory: joints named twice {name_list(repeated)}")
+    if len(points) > MAX_TRAJECTORY_POINTS:
+        raise ControllerError(f"trajectory: {len(points)} points; at most "
+                              f"{MAX_TRAJECTORY_POINTS}")
+    if points and start + float(points[-1].time) < now:
+        raise ControllerError(
+            f"trajectory: it ended {now - start - float(points[-1].time):.3f} s ago "
+            "(header stamp + the last time_from_start is in the past); ignored, as "
+            "ros2_controllers' trajectory controller does")
+
+
+def _refuse_infeasible(model: Model, sampler: TrajectorySampler) -> None:
+    """ControllerError naming the first place ``sampler`` leaves the URDF position or
+    velocity limits (``feasibility.motion_violation``)."""
+    violation = motion_violation(model, sampler)
+    if violation is not None:
+        raise ControllerError(f"trajectory: not feasible: {violation} (URDF limits; "
+                              "refuse_infeasible_trajectories)")
+
+
 class JointController:
     """Gravity compensation, computed torque and impedance for a fixed-base arm, mapped by
     joint name.
@@ -155,7 +188,10 @@ class JointController:
     hold the position measured when holding began, at rest. A new trajectory starts from the
     measured state, or with ``interpolate_from_desired_state`` from the current reference
     (its position, velocity and feed-forward; the measured state when the last effort was
-    not finite), as ros2_controllers' trajectory controller does; the gains of the law are
+    not finite), as ros2_controllers' trajectory controller does; with ``refuse_infeasible``
+    (the node's default; off here) a trajectory that leaves the URDF position or velocity
+    limits, the way from the start state to its first point included, is refused naming the
+    first violation (``feasibility.motion_violation``); the gains of the law are
     ``law.kp`` … ``law.i_clamp`` (``ControlLaw``).
     Times are seconds on the caller's clock; nothing is computed from a state older than
     ``max_state_age``. ``dynamics`` defaults to ``make_dynamics(model)``. Raises
@@ -178,6 +214,7 @@ class JointController:
         friction_compensation: bool = False,
         soft_limits: bool = False,
         interpolate_from_desired_state: bool = False,
+        refuse_infeasible: bool = False,
         max_state_age: float = 0.1,
         missing_velocity: MissingVelocity | None = None,
         dynamics: Dynamics | None = None,
@@ -202,6 +239,7 @@ class JointController:
         self.effort_scale = 1.0  # commands are clamped to effort_scale × the URDF limit
         self.limiter = EffortLimiter(model) if soft_limits else None
         self.interpolate_from_desired_state = bool(interpolate_from_desired_state)
+        self.refuse_infeasible = bool(refuse_infeasible)
         self.q = self.v = None
         self.state_time = -math.inf
         self.trajectory: TrajectorySampler | None = None
@@ -296,19 +334,7 @@ class JointController:
             raise ControllerError(f"trajectory: the controller is in {self.law.mode!r} mode; "
                                   f"set mode to one of {REFERENCE_MODES} to follow "
                                   "trajectories")
-        if not names:
-            raise ControllerError("trajectory: no joint names")
-        unknown = [n for n in names if n not in self.state_index]
-        if unknown or len(set(names)) != len(names):
-            raise ControllerError(f"trajectory: unknown or repeated joints {unknown or names}")
-        if len(points) > MAX_TRAJECTORY_POINTS:
-            raise ControllerError(f"trajectory: {len(points)} points; at most "
-                                  f"{MAX_TRAJECTORY_POINTS}")
-        if points and start + float(points[-1].time) < now:
-            raise ControllerError(
-                f"trajectory: it ended {now - start - float(points[-1].time):.3f} s ago "
-                "(header stamp + the last time_from_start is in the past); ignored, as "
-                "ros2_controllers' trajectory controller does")
+        _check_reference(names, self.state_index, points, start, now)
         q_hold, v_reference = self._continuation(now)
         q_start, v_start, start_efforts = self.q.copy(), self.v.copy(), None
         if self.interpolate_from_desired_state:
@@ -317,10 +343,13 @@ class JointController:
                 start_efforts = self.trajectory.sample_effort(now)
         columns = [self.state_index[name] for name in names]
         try:
-            return TrajectorySampler(_over_the_model(points, columns, q_hold), start, q_start,
-                                     v_start, self.law.continuous, start_efforts)
+            sampler = TrajectorySampler(_over_the_model(points, columns, q_hold), start,
+                                        q_start, v_start, self.law.continuous, start_efforts)
         except TrajectoryError as exc:
             raise ControllerError(f"trajectory: {exc}") from None
+        if self.refuse_infeasible:
+            _refuse_infeasible(self.model, sampler)
+        return sampler
 
     def set_trajectory(self, names: Sequence[str], points: Sequence[TrajectoryPoint],
                        now: float, start: float | None = None) -> None:

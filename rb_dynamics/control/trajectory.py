@@ -73,12 +73,15 @@ def spline_coefficients(duration: float, p0, v0, a0, p1, v1, a1) -> np.ndarray:
     """Rows c0..c5, shape (6, n), of the segment p(t) = Σ c_k t^k, t ∈ [0, ``duration``].
 
     It joins (p0, v0, a0) at t = 0 to (p1, v1, a1) at ``duration`` (> 0 s): linear when a
-    velocity is None, cubic Hermite when an acceleration is None, quintic otherwise.
+    velocity is None, cubic Hermite when an acceleration is None, quintic otherwise. With
+    ``duration`` an array of m durations and the values (m, n), the rows are (6, m, n): m
+    segments of the same kind at once.
     """
-    if not duration > 0:
+    if not np.all(np.asarray(duration) > 0):
         raise ValueError(f"a spline segment needs a positive duration, got {duration}")
-    T = duration
-    c = np.zeros((6, len(p0)))
+    # m segments at once: durations (m,), values (m, n); coefficients (6, m, n)
+    T = np.asarray(duration, dtype=float)[..., None] if np.ndim(duration) else duration
+    c = np.zeros((6, *np.shape(p0)))
     if v0 is None or v1 is None:  # linear
         c[0], c[1] = p0, (p1 - p0) / T
     elif a0 is None or a1 is None:  # cubic Hermite

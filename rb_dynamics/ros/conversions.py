@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from rb_dynamics.control import MAX_TRAJECTORY_POINTS, TrajectoryPoint
-from rb_dynamics.model import Model, finite_array
+from rb_dynamics.model import Model, finite_array, name_list, repeated_names
 
 __all__ = [
     "MAX_WRENCHES",
@@ -86,14 +86,15 @@ class JointLayout:
         if unknown:
             hint = " (mimic joints follow their leader)" if set(unknown) & set(
                 model.mimic_joints) else ""
-            raise ConversionError(f"{field}: unknown joints {unknown}{hint}; the model's joints "
-                                  f"are {model.joint_names}")
-        repeated = [n for k, n in enumerate(names) if n in names[:k]]
+            raise ConversionError(f"{field}: unknown joints {name_list(unknown)}{hint}; the "
+                                  f"model's joints are {name_list(model.joint_names)}")
+        repeated = repeated_names(names)
         if repeated:
             raise ConversionError(f"{field}: joint {repeated[0]!r} appears twice")
-        missing = [n for n in model.joint_names if n not in set(names)]
+        given = set(names)
+        missing = [n for n in model.joint_names if n not in given]
         if missing and every_joint:
-            raise ConversionError(f"{field}: missing joints {missing}")
+            raise ConversionError(f"{field}: missing joints {name_list(missing)}")
         q_ends = [*model.joint_q_index[1:], model.nq]
         v_ends = [*model.joint_v_index[1:], model.nv]
         q_index: list[int] = []

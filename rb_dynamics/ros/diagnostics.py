@@ -101,7 +101,13 @@ def controller_level(stats: Statistics, state_age: float, max_state_age: float
     if not math.isfinite(state_age):
         return DiagnosticStatus.WARN, "no joint state received"
     if state_age > max_state_age:
-        return DiagnosticStatus.ERROR, f"joint state stale ({state_age:.2f} s): not publishing"
+        if stats.commands:  # the states come, further apart than state_timeout
+            return DiagnosticStatus.WARN, (
+                f"publishing, but the newest joint state is {state_age:.3g} s old (state_timeout "
+                f"{max_state_age:g} s): states come further apart than state_timeout, the stop "
+                "command goes out between them")
+        return DiagnosticStatus.ERROR, (f"joint state stale ({state_age:.3g} s old, "
+                                        f"state_timeout {max_state_age:g} s): not publishing")
     if stats.commands == 0:
         return DiagnosticStatus.WARN, stats.last_problem or "no command published"
     if stats.clamped:

@@ -53,6 +53,7 @@ from rb_dynamics.control import (
     JointController,
     holding_effort,
 )
+from rb_dynamics.control.stability import DEFAULT_STATE_PERIOD
 from rb_dynamics.ros.conversions import to_seconds
 from rb_dynamics.ros.diagnostics import Statistics, Totals
 from rb_dynamics.ros.runtime import SpinThread, ThrottledLogger, take_queued
@@ -86,6 +87,7 @@ class ControlLoop:
         self._controller: JointController | None = None
         self._publishing = False  # False: states are taken and counted, nothing is published
         self._min_period = 0.0  # s between commands (max_publish_rate); 0: one per state
+        self._mean_period = 0.0  # s between commands, a running mean (0: none measured)
         self.stats, self.totals = Statistics(), Totals()  # written on the loop thread
         self._ages = np.zeros(AGE_SLOTS)
         self._last_publish = -np.inf
@@ -331,7 +333,20 @@ class ControlLoop:
         command.data = effort.tolist()
         self.effort_pub.publish(command)
 
+    @property
+    def command_period(self) -> float:
+        """The mean period (s, node clock) of the commands, the sampled loop's; before any
+        were measured ``DEFAULT_STATE_PERIOD``. Gaps longer than ``state_timeout`` (the loop
+        was stopped) are not counted."""
+        return self._mean_period or DEFAULT_STATE_PERIOD
+
     def _account(self, now: float, elapsed: float, stamp: float) -> None:
+        gap = now - self._last_publish
+        controller = self._controller
+        if 0.0 < gap <= (controller.max_state_age if controller is not None else 0.0):
+            # a running mean over ~100 commands
+            self._mean_period = gap if not self._mean_period else (
+                self._mean_period + 0.01 * (gap - self._mean_period))
         self._last_publish = now
         self.stats.commands += 1
         self.totals.commands += 1

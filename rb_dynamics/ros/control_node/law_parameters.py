@@ -5,8 +5,9 @@ and changes to a running one, validated before anything is set (no rclpy import)
 The gains (``kp``, ``kd``, ``impedance.stiffness``, ``impedance.damping``, ``ki``,
 ``i_clamp``) are one value per commanded joint or one for all; a refusal names the parameter
 and its bad entry. The switches (``friction_compensation``, ``soft_limits``,
-``interpolate_from_desired_state``), ``state_timeout``, ``effort_scale`` and the handling of
-joint states without velocities (``missing_velocity``, ``velocity_cutoff``) apply as they are.
+``interpolate_from_desired_state``, ``refuse_infeasible_trajectories``), ``state_timeout``,
+``effort_scale`` and the handling of joint states without velocities (``missing_velocity``,
+``velocity_cutoff``) apply as they are.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from rb_dynamics.control import JointController, MissingVelocity, check_gains
+from rb_dynamics.control import ControllerError, JointController, MissingVelocity, check_gains
+from rb_dynamics.control.stability import effective_inertia, gain_bound_violation
 
-__all__ = ["GAINS", "LAW_PARAMETERS", "apply_law_changes", "check_law_changes",
-           "controller_options"]
+__all__ = ["GAINS", "LAW_PARAMETERS", "apply_law_changes", "check_command_hold",
+           "check_law_changes", "check_stable_gains", "controller_options"]
 
 # parameter → JointController.set_gains keyword; i_clamp alone may be inf (unclamped)
 GAINS = {"kp": "kp", "kd": "kd", "impedance.stiffness": "stiffness",
@@ -39,12 +41,52 @@ def check_law_changes(changes: dict[str, Any], count: int | None) -> dict[str, n
             for name, value in changes.items() if name in GAINS}
 
 
+# the gain pairs of a PD loop: (position gain, damping gain, acting on the inertia)
+PD_PAIRS = ((("kp", "kd"), False), (("impedance.stiffness", "impedance.damping"), True))
+
+
+def check_stable_gains(controller: JointController, changes: dict[str, Any],
+                       gains: dict[str, np.ndarray], period: float) -> None:
+    """``ControllerError`` when the gains after ``changes`` (``gains`` from
+    ``check_law_changes``) make the loop sampled every ``period`` s unstable
+    (``stability.gain_bound_violation``; impedance's on the effective inertia at the measured
+    state, at the zero configuration before one). Only pairs with a changed gain are checked:
+    a running controller's gains are not refused for a period measured later."""
+    law = controller.law
+    for (position, damping), on_inertia in PD_PAIRS:
+        if position not in changes and damping not in changes:
+            continue
+        kp = gains.get(GAINS[position], getattr(law, GAINS[position]))[controller.index] \
+            if position not in changes else gains[GAINS[position]]
+        kd = gains.get(GAINS[damping], getattr(law, GAINS[damping]))[controller.index] \
+            if damping not in changes else gains[GAINS[damping]]
+        inertia = None
+        if on_inertia:
+            q = controller.q if controller.q is not None else np.zeros(controller.model.nq)
+            inertia = effective_inertia(law.dynamics.crba(q))[controller.index]
+        why = gain_bound_violation(kp, kd, period, controller.joints, (position, damping),
+                                   inertia)
+        if why is not None:
+            raise ControllerError(why)
+
+
+def check_command_hold(max_publish_rate: float, state_timeout: float) -> None:
+    """``ControllerError`` when ``max_publish_rate`` (> 0) holds a command longer than
+    ``state_timeout``: a torque held for longer than the node takes a state to be valid."""
+    if max_publish_rate > 0.0 and 1.0 / max_publish_rate > state_timeout:
+        raise ControllerError(
+            f"max_publish_rate {max_publish_rate:g} holds each command {1 / max_publish_rate:.3g}"
+            f" s, longer than state_timeout {state_timeout:g} s (a torque held longer than a "
+            f"joint state is valid): at least {1 / state_timeout:.6g} Hz, or 0 (every state)")
+
+
 def controller_options(value: Callable[[str], Any]) -> dict[str, Any]:
     """``JointController`` keywords from the parameters (``value(name)``)."""
     options = {keyword: list(value(name)) for name, keyword in GAINS.items()}
     options.update(mode=value("mode"), friction_compensation=value("friction_compensation"),
                    soft_limits=value("soft_limits"),
                    interpolate_from_desired_state=value("interpolate_from_desired_state"),
+                   refuse_infeasible=value("refuse_infeasible_trajectories"),
                    max_state_age=value("state_timeout"),
                    missing_velocity=MissingVelocity(value("missing_velocity"),
                                                     value("velocity_cutoff")))
@@ -66,6 +108,8 @@ def apply_law_changes(controller: JointController, changes: dict[str, Any],
         controller.soft_limits = changes["soft_limits"]
     controller.interpolate_from_desired_state = changes.get(
         "interpolate_from_desired_state", controller.interpolate_from_desired_state)
+    controller.refuse_infeasible = changes.get("refuse_infeasible_trajectories",
+                                               controller.refuse_infeasible)
     controller.max_state_age = changes.get("state_timeout", controller.max_state_age)
     controller.effort_scale = changes.get("effort_scale", controller.effort_scale)
     missing = controller.state_reader.missing_velocity

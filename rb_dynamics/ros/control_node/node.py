@@ -61,7 +61,9 @@ from .dynamics_services import DynamicsServices
 from .law_parameters import (
     LAW_PARAMETERS,
     apply_law_changes,
+    check_command_hold,
     check_law_changes,
+    check_stable_gains,
     controller_options,
 )
 from .model_loader import ModelLoader
@@ -84,6 +86,7 @@ class ControlNode(LifecycleNode):
         ros_params.declare(self, PARAMETERS)
         settings = ros_params.read(self, PARAMETERS)  # a bad file: the node does not start
         check_law_changes(settings, None)  # the gains' values; their count with a model
+        check_command_hold(settings["max_publish_rate"], settings["state_timeout"])
         self.lifecycle_state = "unconfigured"
         self.warn = ThrottledLogger(self.get_logger())
         self.loop = ControlLoop(self, self._joint_states_qos(settings["joint_states_qos"]),
@@ -92,7 +95,7 @@ class ControlNode(LifecycleNode):
         self.loop.stop_command = settings["stop_command"]
         self.model_loader = ModelLoader(self, self.loop, self._build_controller,
                                         self._installed)
-        self.trajectory_action = TrajectoryAction(self, self.loop, self._is_active,
+        self.trajectory_action = TrajectoryAction(self, self.loop, self._state,
                                                   self._has_model)
         self.trajectory_topic = TrajectoryTopic(self, self.loop, self._state,
                                                 lambda: self.model_loader.model)
@@ -116,9 +119,6 @@ class ControlNode(LifecycleNode):
 
     def _state(self) -> str:
         return self.lifecycle_state
-
-    def _is_active(self) -> bool:
-        return self.lifecycle_state == "active"
 
     def _has_model(self) -> bool:
         return self.model_loader.model is not None
@@ -213,6 +213,11 @@ class ControlNode(LifecycleNode):
             c = self.loop.controller
             count = None if c is None else len(c.joints)
             gains = check_law_changes(changes, count)
+            if c is not None:
+                check_stable_gains(c, changes, gains, self.loop.command_period)
+            if {"max_publish_rate", "state_timeout"} & set(changes):
+                check_command_hold(*(changes.get(name, self.get_parameter(name).value)
+                                     for name in ("max_publish_rate", "state_timeout")))
         except ValueError as exc:
             self.get_logger().warning(f"parameter change refused: {exc}")
             return SetParametersResult(successful=False, reason=str(exc))

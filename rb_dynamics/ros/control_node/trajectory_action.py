@@ -69,14 +69,28 @@ STATE_BATCH = 10  # controller states per executor wake at the control rate
 MAX_PENDING_STATES = 1000  # older ones are dropped if the executor falls behind
 
 
+def inactive_reason(state: str, node_name: str) -> str:
+    """Why a node in lifecycle ``state`` (not active) takes no goal, and what makes it take
+    them: ``activate`` from inactive, ``configure`` first from unconfigured; from finalized
+    nothing (a new process)."""
+    if state == "finalized":
+        return ("the node is finalized (shut down): it takes no goals; start a new node to "
+                "follow trajectories")
+    first = (f" (it is unconfigured: ros2 lifecycle set {node_name} configure first)"
+             if state == "unconfigured" else "")
+    return (f"the controller is not active (lifecycle): ros2 lifecycle set {node_name} "
+            f"activate{first}")
+
+
 class TrajectoryAction:
     """The action server, the state topic and their parameters, on the control node ``node``
-    driving ``loop``. ``is_active`` says whether the node is active (lifecycle), ``has_model``
-    whether it has a robot model."""
+    driving ``loop``. ``lifecycle_state`` gives the node's state (goals while "active"),
+    ``has_model`` whether it has a robot model."""
 
-    def __init__(self, node: Node, loop: ControlLoop, is_active: Callable[[], bool],
+    def __init__(self, node: Node, loop: ControlLoop, lifecycle_state: Callable[[], str],
                  has_model: Callable[[], bool]) -> None:
-        self.node, self.loop, self.is_active, self.has_model = node, loop, is_active, has_model
+        self.node, self.loop, self.has_model = node, loop, has_model
+        self.lifecycle_state = lifecycle_state
         self.log = node.get_logger()
         self.parameters = TrajectoryParameters(node)
         self.settings = self.parameters.settings  # checked values, kept current
@@ -245,9 +259,9 @@ class TrajectoryAction:
 
     def _prepare(self, goal: Any) -> GoalTracker:
         """A tracker for ``goal`` (GoalError with the Result code and the reason)."""
-        if not self.is_active():
-            raise GoalError(INVALID_GOAL, "the controller is not active (lifecycle): "
-                            f"ros2 lifecycle set {self.node.get_fully_qualified_name()} activate")
+        if self.lifecycle_state() != "active":
+            raise GoalError(INVALID_GOAL, inactive_reason(self.lifecycle_state(),
+                                                          self.node.get_fully_qualified_name()))
         controller = self.loop.controller
         if controller is None:
             raise GoalError(INVALID_GOAL, "this model has nothing to command" if
@@ -288,7 +302,7 @@ class TrajectoryAction:
             return
         goal.handle = handle
         with self.loop.lock:
-            if self.loop.controller is not goal.controller or not self.is_active():
+            if self.loop.controller is not goal.controller or self.lifecycle_state() != "active":
                 refused = GoalError(INVALID_GOAL, "the controller changed while the goal was "
                                     "being prepared; send it again")
             else:
