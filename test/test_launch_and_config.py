@@ -61,6 +61,7 @@ SPECIAL: dict[str, Any] = {
     "servo_kp": [150.0],
     "servo_kd": [6.0],
     "ki": [0.5],
+    "max_publish_rate": 100.0,  # a period within state_timeout (a longer one is refused)
     "payload.link": "tool0",
     "payload.com": [0.0, 0.0, 0.05],
     "payload.inertia": [0.01, 0.0, 0.0, 0.02, 0.0, 0.03],
