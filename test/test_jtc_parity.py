@@ -69,7 +69,10 @@ class Single:
     """One control node on the wall clock, a peer sending its states and goals."""
 
     def __init__(self, tmp: Path, params: dict) -> None:
-        self.node = control_node(tmp, {"urdf_path": str(DEFAULT_URDF), **params})
+        # states come by hand, far apart: with the default state_timeout they would go stale
+        # between two, which drops the reference (the node then holds the measured position)
+        self.node = control_node(tmp, {"urdf_path": str(DEFAULT_URDF), "state_timeout": 5.0,
+                                       **params})
         self.client = ActionClient(self.node.peer.node, FollowJointTrajectory,
                                    f"/{self.node.name}/follow_joint_trajectory")
         assert self.client.wait_for_server(timeout_sec=30.0), self.node.output()
