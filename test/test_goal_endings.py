@@ -134,6 +134,43 @@ def test_stale_states_abort_the_goal_and_fresh_ones_are_held_where_they_are(tmp_
         node.close()
 
 
+def test_after_stale_states_a_topic_trajectory_restarts_from_the_measured_state(tmp_path):
+    """A trajectory on ~/joint_trajectory (no goal to end) when the states stall and come back
+    from another pose: resumed as it was, its reference had got far from the arm (effort at
+    the limit); dropped, the arm would hold there for good (the demo launch sent its 60 s
+    reference once and stood still after a start-up stall). It restarts from the measured
+    state with the points still due: the first command is the law at rest there, unsaturated,
+    and the arm is then pulled on toward the trajectory's end."""
+    node = _node(tmp_path, state_timeout=0.3)
+    target = Q0 + 0.8
+    try:
+        stream = node.stream_states(JOINTS, Q0, 0.005)
+        assert node.wait_for(lambda: len(node.commands) > 10, 10.0), node.output()
+        node.publish_matched(JointTrajectory, "~/joint_trajectory",
+                             _trajectory(Q0, target, 20.0).trajectory)
+        node.peer.spin_for(1.0)
+        stream.stop()
+        assert node.wait_for_log("stopped commanding", 5.0), node.output()
+        q2 = Q0 - np.array([0.3, 0.2, -0.3, 0.2, 0.0, 0.1])  # the arm was moved meanwhile
+        first = node.command_after(JOINTS, q2)
+        assert first is not None, node.output()
+        assert np.all(np.abs(first) < 0.5 * LIMIT), first  # far from saturated
+        # at rest on the restarted reference's start: gravity plus M·q̈_d of a slow spline
+        assert rel_err(first, _gravity(q2)) < 0.05, (first, _gravity(q2))
+        assert node.wait_for_log("the reference restarts from the measured state", 5.0), \
+            node.output()
+        later = node.stream_states(JOINTS, q2, 0.005)
+        node.peer.spin_for(1.0)
+        later.stop()
+        # the reference has moved on from q2 toward the target: not a hold at q2
+        pull = np.array(node.commands[-1][1].data) - _gravity(q2)
+        assert np.all(np.sign(pull[:3]) == np.sign(arm_torques(
+            DEFAULT_URDF, JOINTS, q2, a=target - q2)[:3] - _gravity(q2)[:3])), pull
+        assert np.abs(pull).max() > 1e-3 * np.abs(_gravity(q2)).max(), pull
+    finally:
+        node.close()
+
+
 def test_a_non_finite_effort_aborts_the_goal_and_the_measured_position_is_held(tmp_path):
     """26.5: a goal whose law gave no finite effort got no command and never a result. A gain
     of 1e308 against a reference 2 rad away overflows (kp·e alone is past the largest float).

@@ -23,6 +23,7 @@ from .joint_controller import (
     JointController,
     JointStateReader,
     holding_effort,
+    restart_trajectory,
 )
 from .law import (
     CONTROL_MODES,
@@ -86,6 +87,7 @@ __all__ = [
     "friction_compensation",
     "holding_effort",
     "position_error",
+    "restart_trajectory",
     "shortest_way_start",
     "soft_limit_effort_bounds",
     "spline_coefficients",

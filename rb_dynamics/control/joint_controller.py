@@ -31,7 +31,8 @@ from .trajectory import (
 )
 from .velocity import MissingVelocity
 
-__all__ = ["ControlOutput", "JointController", "JointStateReader", "holding_effort"]
+__all__ = ["ControlOutput", "JointController", "JointStateReader", "holding_effort",
+           "restart_trajectory"]
 
 _NO_CONTEXT = contextlib.nullcontext()
 
@@ -171,6 +172,26 @@ def _refuse_infeasible(model: Model, sampler: TrajectorySampler) -> None:
     if violation is not None:
         raise ControllerError(f"trajectory: not feasible: {violation} (URDF limits; "
                               "refuse_infeasible_trajectories)")
+
+
+def restart_trajectory(controller: JointController, now: float) -> bool:
+    """After a gap in the joint states: the reference's points still due after ``now`` (s)
+    restart from the measured state, as a new trajectory starts; when none is due, or the way
+    from here leaves the URDF limits (``refuse_infeasible``), the measured position is held
+    instead (the old reference, resumed, would jump toward where it has got to). Whether a
+    reference was restarted."""
+    old, controller.trajectory, controller.hold_position = controller.trajectory, None, None
+    if old is None or controller.q is None:
+        return False
+    try:
+        sampler = old.restarted(now, controller.q.copy(), controller.v.copy(),
+                                controller.law.continuous)
+        if sampler is not None and controller.refuse_infeasible:
+            _refuse_infeasible(controller.model, sampler)
+    except (ControllerError, TrajectoryError):
+        return False
+    controller.trajectory = sampler
+    return sampler is not None
 
 
 class JointController:

@@ -240,6 +240,21 @@ class TrajectorySampler:
         pos, vel, acc = evaluate_spline(cached[1], t - self.times[k - 1])
         return pos, vel, acc, False
 
+    def restarted(self, now: float, start_positions: np.ndarray,
+                  start_velocities: np.ndarray, wraparound: np.ndarray | None = None
+                  ) -> TrajectorySampler | None:
+        """The points still due after ``now`` (s, the clock of ``start_time``) as a sampler
+        starting at ``now`` from the given state, as a new trajectory would: the same motion
+        re-anchored where the arm is after a gap in its states; None when none is due."""
+        t = now - self.start_time
+        first = bisect.bisect_right(self.times, t, lo=1)
+        if first >= len(self.times):
+            return None
+        points = [TrajectoryPoint(self.times[k] - t, *self.row(k),
+                                  self.efforts[k] if self.has_effort[k] else None)
+                  for k in range(first, len(self.times))]
+        return TrajectorySampler(points, now, start_positions, start_velocities, wraparound)
+
     def sample_effort(self, now: float) -> np.ndarray | None:
         """The feed-forward effort at time ``now`` (see the class docstring); None when no
         point carries efforts."""

@@ -26,9 +26,11 @@ The other parts of the node talk to the loop through its methods: ``install`` a 
 (``set_command_monitor``, ``set_fault_listener``, ``set_state_recorder``,
 ``set_first_state_callback``) called on the loop's thread.
 
-States that go stale drop the reference: when they come back (perhaps from another pose) the
-controller holds the first fresh measured position, as ros2_controllers' trajectory controller
-does when it starts, rather than jumping back to where the old reference has got to.
+States that go stale end a goal being executed (the goal's reference is dropped); when they come
+back (perhaps from another pose) the reference left, one from ``~/joint_trajectory``, restarts
+from the first fresh measured state with the points still due, as a new trajectory would
+(``control.restart_trajectory``), rather than jumping back to where it has got to; with none
+left, or none feasible from there, the measured position is held.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from rb_dynamics.control import (
     ControlOutput,
     JointController,
     holding_effort,
+    restart_trajectory,
 )
 from rb_dynamics.control.stability import DEFAULT_STATE_PERIOD
 from rb_dynamics.ros.conversions import to_seconds
@@ -101,6 +104,7 @@ class ControlLoop:
         self._commanding = False  # a command went out since the last stop command
         self._last_state = -np.inf  # node clock (s) of the last state the controller took
         self._time_origin_ns = -2 * DIFFERENCING_SPAN_NS  # set by the first state
+        self._restart_reference = False  # states went stale: the next one restarts it
         companion = Node(f"{node.get_name()}_control_loop", namespace=node.get_namespace(),
                          context=node.context, use_global_arguments=False,
                          start_parameter_services=False, enable_rosout=False)
@@ -181,8 +185,9 @@ class ControlLoop:
                     self._send_stop_command("joint states stopped")
                     self._fault("stale", f"no usable joint state for {age:.3f} s (state_timeout "
                                 f"{controller.max_state_age} s)", controller)
-                    # the next fresh state is held where it is measured (see the docstring)
-                    controller.trajectory, controller.hold_position = None, None
+                    # the next fresh state restarts the reference from there (the docstring)
+                    controller.hold_position = None
+                    self._restart_reference = True
                     self._hold_reported = False
 
     def _fault(self, kind: str, why: str, controller: JointController) -> None:
@@ -296,6 +301,11 @@ class ControlLoop:
             return False
         if first and self._first_state is not None:
             self._first_state()
+        if self._restart_reference:
+            self._restart_reference = False
+            if restart_trajectory(controller, stamp if stamp > 0.0 else now):
+                self.node.get_logger().info("joint states back: the reference restarts from "
+                                            "the measured state")
         self.stats.states += 1
         self._last_state = now
         if not self._publishing or now - self._last_publish < self._min_period:

@@ -174,13 +174,15 @@ class TrajectoryAction:
 
     def _on_fault(self, kind: str, why: str, controller: JointController) -> None:
         """The loop cannot follow the reference (on its thread, under its lock): the goal ends.
-        Stale states: the loop restarts the reference from the next fresh state; a non-finite
-        effort: the measured position is held."""
+        Stale states: its reference is dropped (the next fresh state is held where measured);
+        a non-finite effort: the measured position is held."""
         goal = self._goal
         if goal is None:
             return
         if kind == "stale":
             outcome = Outcome("abort", INVALID_GOAL, f"Aborted: joint states stopped: {why}")
+            if controller.trajectory is goal.sampler:  # not restarted when states come back
+                controller.trajectory = None
         else:
             outcome = Outcome("abort", INVALID_GOAL, f"Aborted: {why}", hold=True)
         self._end(goal, outcome, controller)
