@@ -131,6 +131,11 @@ def shortest_way_start(start: np.ndarray, first: np.ndarray, wraparound: np.ndar
     return np.where(wraparound, first - distance, start)
 
 
+# after a gap in the joint states the reference restarts from the measured state and rejoins
+# the motion at the first point due this long after (s): a nearer one would be a jump
+REJOIN_TIME = 0.25
+
+
 class TrajectorySampler:
     """A joint trajectory anchored at ``start_time`` and the state it started from.
 
@@ -241,16 +246,18 @@ class TrajectorySampler:
         return pos, vel, acc, False
 
     def restarted(self, now: float, start_positions: np.ndarray,
-                  start_velocities: np.ndarray, wraparound: np.ndarray | None = None
-                  ) -> TrajectorySampler | None:
-        """The points still due after ``now`` (s, the clock of ``start_time``) as a sampler
-        starting at ``now`` from the given state, as a new trajectory would: the same motion
-        re-anchored where the arm is after a gap in its states; None when none is due."""
+                  start_velocities: np.ndarray, wraparound: np.ndarray | None = None,
+                  rejoin: float = REJOIN_TIME) -> TrajectorySampler | None:
+        """The points due ``rejoin`` s or more after ``now`` (s, the clock of ``start_time``)
+        as a sampler starting at ``now`` from the given state, as a new trajectory would: the
+        motion re-anchored where the arm is after a gap in its states, rejoined at the first
+        point it has time to reach (the last point, due in ``rejoin`` s at the latest); None
+        when the trajectory has ended."""
         t = now - self.start_time
-        first = bisect.bisect_right(self.times, t, lo=1)
-        if first >= len(self.times):
+        if t >= self.times[-1]:
             return None
-        points = [TrajectoryPoint(self.times[k] - t, *self.row(k),
+        first = min(bisect.bisect_left(self.times, t + rejoin, lo=1), len(self.times) - 1)
+        points = [TrajectoryPoint(max(self.times[k] - t, rejoin), *self.row(k),
                                   self.efforts[k] if self.has_effort[k] else None)
                   for k in range(first, len(self.times))]
         return TrajectorySampler(points, now, start_positions, start_velocities, wraparound)
