@@ -143,7 +143,10 @@ def _start_nodes(urdf: Path, plan: Plan, mode: str, lockstep: bool,
     sim = _spawn("rb_dynamics.ros.simulator_node", {
         "urdf_path": str(urdf), "initial_positions": plan.q0.tolist(), "publish_rate": 1000.0,
         "time_step": 0.001, "integrator": "semi_implicit_euler", "publish_clock": True,
-        "command_timeout": 0.2, "start_paused": True, "lockstep": lockstep}, [], log_dir)
+        "command_timeout": 0.2, "start_paused": True, "lockstep": lockstep,
+        # the job measures tracking: on a busy machine the simulator waits for the controller
+        # rather than stepping the arm limp after the default half second without commands
+        "lockstep_timeout": 5.0}, [], log_dir)
     # The demo measures how exactly the law follows a fast reference. The node's soft limits
     # (ros2_control's effort-interface limiter, on by default where the URDF has a
     # <safety_controller>, as panda's has) bound the effort pushing a joint along its motion to
