@@ -307,7 +307,10 @@ class ControlLoop:
                 self.node.get_logger().info("joint states back: the reference restarts from "
                                             "the measured state")
         self.stats.states += 1
-        self._last_state = now
+        # on sim time a state's age runs from its stamp: /clock as this node has read it lags
+        # the states on a busy machine, and a lagging clock that catches up at once would make
+        # a state taken late look stale
+        self._last_state = stamp if stamp > 0.0 and clock.ros_time_is_active else now
         if not self._publishing or now - self._last_publish < self._min_period:
             return False
         started = time.perf_counter()
