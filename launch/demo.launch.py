@@ -31,7 +31,10 @@ def generate_launch_description() -> LaunchDescription:
         package="rb_dynamics", executable="rb_dynamics_node", name="rb_dynamics", output="screen",
         parameters=[PathJoinSubstitution([share, "config", "rb_dynamics.yaml"]),
                     {"robot_description": description, "mode": LaunchConfiguration("mode"),
-                     "friction_compensation": True, "use_sim_time": True}],
+                     "friction_compensation": True, "use_sim_time": True,
+                     # rb_reference starts its reference where it first saw the arm, which may
+                     # have sagged before this node holds it: taken as JTC takes it (at once)
+                     "refuse_infeasible_trajectories": False}],
         remappings=[("~/effort_commands", "/rb_simulator/commands")])
     reference = Node(
         package="rb_dynamics", executable="rb_reference", name="rb_reference", output="screen",
