@@ -155,8 +155,6 @@ def test_after_stale_states_a_topic_trajectory_restarts_from_the_measured_state(
         first = node.command_after(JOINTS, q2)
         assert first is not None, node.output()
         assert np.all(np.abs(first) < 0.5 * LIMIT), first  # far from saturated
-        # at rest on the restarted reference's start: gravity plus M·q̈_d of a slow spline
-        assert rel_err(first, _gravity(q2)) < 0.05, (first, _gravity(q2))
         assert node.wait_for_log("the reference restarts from the measured state", 5.0), \
             node.output()
         later = node.stream_states(JOINTS, q2, 0.005)
