@@ -206,4 +206,6 @@ def test_the_control_loop_keeps_answering_during_a_long_simulate_call(running):
     # states queued behind a blocked loop would be superseded: a gap, and an answer missing for
     # every 20 ms blocked; a loaded machine may supersede one or two states however it runs
     assert len(arrivals) >= sent - max(2, sent // 20)
-    assert gaps.max() < 0.06 + 2.0 * baseline
+    # a blocked loop leaves a gap as long as the call (> 0.3 s); the quiet gap is at least the
+    # stream's 20 ms period, so a few times it leaves room for a machine twice as slow
+    assert gaps.max() < 4.0 * baseline
