@@ -415,9 +415,9 @@ def test_from_the_desired_state_a_broken_reference_restarts_from_the_measured_st
 
 def test_a_restarted_trajectory_rejoins_the_motion_from_the_measured_state():
     """After a gap in the states (TrajectorySampler.restarted): from the measured state at
-    ``now``, the points due REJOIN_TIME or more later, on the same clock, unchanged; a gap past
-    the end gives none; near the end the last point is due in REJOIN_TIME."""
-    from rb_dynamics.control.trajectory import REJOIN_TIME
+    ``now``, the points due STEP_TIME or more later, on the same clock, unchanged; a gap past
+    the end gives none; near the end the last point is due in STEP_TIME."""
+    from rb_dynamics.control.trajectory import STEP_TIME
 
     points = [TrajectoryPoint(0.02 * k, np.full(2, 0.01 * k), np.full(2, 0.5)) for k in
               range(1, 101)]
@@ -425,12 +425,12 @@ def test_a_restarted_trajectory_rejoins_the_motion_from_the_measured_state():
     q, v = np.array([0.2, -0.1]), np.array([0.05, 0.0])
     again = sampler.restarted(10.5, q, v)
     np.testing.assert_array_equal(again.sample(10.5)[0], q)  # it starts where the arm is
-    first = next(k for k in range(1, 101) if 0.02 * k >= 0.5 + REJOIN_TIME - 1e-12)
+    first = next(k for k in range(1, 101) if 0.02 * k >= 0.5 + STEP_TIME - 1e-12)
     assert again.times[1] == pytest.approx(0.02 * first - 0.5)
     for t in (11.0, 11.5, 12.0):  # from there on, the old motion on the same clock
         np.testing.assert_allclose(again.sample(t)[0], sampler.sample(t)[0], atol=1e-12)
     assert again.end_time == pytest.approx(sampler.end_time)
     late = sampler.restarted(11.9, q, v)
-    assert late.end_time == pytest.approx(11.9 + REJOIN_TIME)
+    assert late.end_time == pytest.approx(11.9 + STEP_TIME)
     np.testing.assert_allclose(late.sample(late.end_time)[0], sampler.positions[-1])
     assert sampler.restarted(12.0, q, v) is None

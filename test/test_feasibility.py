@@ -241,7 +241,7 @@ def test_motion_violation_names_the_first_jump_overshoot_and_position():
     jump = F.motion_violation(model, _sampler([(0.0, far, None), (1.0, far, None)], q0))
     assert (jump.kind, jump.joint, jump.point, jump.between) == (
         "velocity", "shoulder_pan_joint", 0, True)
-    assert jump.value == pytest.approx(1.5 / F.START_JUMP_TIME)
+    assert jump.value == pytest.approx(1.5 / F.STEP_TIME)
     assert "between the start state and point 0" in str(jump) and "a jump" in str(jump)
     fast = F.motion_violation(model, _sampler([(0.05, far, None)], q0))
     assert fast.value == pytest.approx(30.0) and fast.time == pytest.approx(0.005)

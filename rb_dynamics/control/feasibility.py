@@ -29,6 +29,7 @@ from rb_dynamics.model import Model, finite_array
 
 from .trajectory import (
     MAX_TRAJECTORY_POINTS,
+    STEP_TIME,
     TrajectorySampler,
     evaluate_spline,
     spline_coefficients,
@@ -378,12 +379,6 @@ def feasibility_report(
 
 POSITION_MARGIN = 1e-3  # rad or m a reference may pass a position limit by (spline overshoot)
 VELOCITY_MARGIN = 0.05  # fraction a reference may pass a velocity limit by
-# a point due at the start (time_from_start 0) is a jump of the reference (a set-point): feasible
-# when the velocity limit covers it in this time (s). At the default gains (kp 100, kd 20:
-# critically damped at ω = 10 rad/s) a step Δq peaks at ω e⁻¹ Δq ≈ Δq / 0.27 s, so such a step
-# keeps the arm inside its velocity limit; a goal starting where the arm is passes whatever the
-# noise
-START_JUMP_TIME = 0.25
 
 
 def motion_violation(model: Model, sampler: TrajectorySampler,
@@ -399,7 +394,7 @@ def motion_violation(model: Model, sampler: TrajectorySampler,
     planner's trajectory at its limits overshoots them a little between the points), and on
     the first segment to include the start state itself (an arm measured a little past a
     limit can still be sent back). A point 0 due at the start is a jump, infeasible when it
-    is further from the start state than the velocity limit covers in ``START_JUMP_TIME``.
+    is further from the start state than the velocity limit covers in ``STEP_TIME``.
     Point and segment indices in the Violation are the goal's (point 0 its first point)."""
     _check_model(model)
     t = np.asarray(sampler.times)
@@ -411,14 +406,14 @@ def motion_violation(model: Model, sampler: TrajectorySampler,
     names = list(model.joint_names)
     jump = t[1] <= t[0]
     if jump:
-        step = np.abs(q[1] - q[0]) / START_JUMP_TIME
+        step = np.abs(q[1] - q[0]) / STEP_TIME
         over = step > v_limit
         if over.any():
             j = int(np.argmax(over))
             return Violation("velocity", names[j], 0.0, 0, True, float(step[j]),
                              float(v_limit[j]), f" (point 0 is due at the start, "
                              f"{abs(q[1, j] - q[0, j]):.6g} from the start state: a jump, "
-                             f"as if made in {START_JUMP_TIME} s)")
+                             f"as if made in {STEP_TIME} s)")
     # states in time order: segment k's samples (its last at point k's time), then point k
     samples = samples_per_segment
     grid_q = np.repeat(q[1:, None, :], samples, axis=1)  # (points, samples, n)
@@ -431,9 +426,8 @@ def motion_violation(model: Model, sampler: TrajectorySampler,
         durations = t[k] - t[k - 1]
         c = spline_coefficients(durations, *_rows(sampler, k - 1), *_rows(sampler, k))
         local = durations[:, None] * fractions  # (m, samples)
-        powers = local[..., None] ** np.arange(6)  # (m, samples, 6)
-        grid_q[k - 1] = np.einsum("msp,pmn->msn", powers, c)
-        grid_v[k - 1] = np.einsum("msp,pmn->msn", powers[..., :5] * np.arange(1, 6), c[1:])
+        # the segments' coefficients (m, 1, 6, n) broadcast against their times (m, samples)
+        grid_q[k - 1], grid_v[k - 1], _ = evaluate_spline(np.moveaxis(c, 0, 1)[:, None], local)
     row_v = np.where(sampler.has_velocity[1:, None], v[1:], 0.0)
     states_q = np.concatenate([grid_q, q[1:, None, :]], axis=1).reshape(-1, q.shape[1])
     states_v = np.concatenate([grid_v, row_v[:, None, :]], axis=1).reshape(-1, q.shape[1])

@@ -22,6 +22,7 @@ from rb_dynamics.model import MAX_MAGNITUDE, finite_vector
 
 __all__ = [
     "MAX_TRAJECTORY_POINTS",
+    "STEP_TIME",
     "TrajectoryError",
     "TrajectoryPoint",
     "TrajectorySampler",
@@ -108,6 +109,8 @@ def evaluate_spline(coefficients: np.ndarray, t) -> tuple[np.ndarray, np.ndarray
     """(p, ṗ, p̈) at ``t`` seconds into the segment of ``coefficients`` (``spline_coefficients``).
 
     ``t`` a number: three arrays (n,); ``t`` an array of m times: three arrays (m, n).
+    ``coefficients`` of shape (..., 6, n) broadcast against ``t``'s shape: many segments, each
+    at its own times.
     """
     basis = _FACTORS * np.power.outer(np.asarray(t, dtype=float), _POWERS)  # (..., 3, 6)
     state = basis @ coefficients  # (..., 3, n)
@@ -131,9 +134,13 @@ def shortest_way_start(start: np.ndarray, first: np.ndarray, wraparound: np.ndar
     return np.where(wraparound, first - distance, start)
 
 
-# after a gap in the joint states the reference restarts from the measured state and rejoins
-# the motion at the first point due this long after (s): a nearer one would be a jump
-REJOIN_TIME = 0.25
+# the time (s) a step of the reference away from the measured state is given: a point 0 due at
+# the start is feasible when the velocity limit covers it in this time (feasibility), and after
+# a gap in the joint states the reference rejoins its motion at the first point due this long
+# after (TrajectorySampler.restarted). At the default gains (kp 100, kd 20: critically damped
+# at ω = 10 rad/s) a step Δq peaks at ω e⁻¹ Δq ≈ Δq / 0.27 s, so such a step keeps the arm
+# inside its velocity limit
+STEP_TIME = 0.25
 
 
 class TrajectorySampler:
@@ -247,7 +254,7 @@ class TrajectorySampler:
 
     def restarted(self, now: float, start_positions: np.ndarray,
                   start_velocities: np.ndarray, wraparound: np.ndarray | None = None,
-                  rejoin: float = REJOIN_TIME) -> TrajectorySampler | None:
+                  rejoin: float = STEP_TIME) -> TrajectorySampler | None:
         """The points due ``rejoin`` s or more after ``now`` (s, the clock of ``start_time``)
         as a sampler starting at ``now`` from the given state, as a new trajectory would: the
         motion re-anchored where the arm is after a gap in its states, rejoined at the first
