@@ -39,7 +39,6 @@ import dataclasses
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 from rclpy.duration import Duration
@@ -222,14 +221,11 @@ class ControlLoop:
         trajectory that arrived before it can start then); it must not take ``lock``."""
         self._first_state = callback
 
-    def _differencing_time(self, stamp: Any, now_ns: int) -> float:
-        """The instant a state describes (its stamp, else the clock) in seconds after the first
+    def _differencing_time(self, state_ns: int) -> float:
+        """The instant a state describes (ns on the node's clock) in seconds after the first
         such instant, subtracted in integer nanoseconds: positions are differenced over these,
         and a float of epoch seconds resolves only 0.24 µs. The origin moves only when a clock
         jumps by more than DIFFERENCING_SPAN_NS (the estimate restarts there anyway)."""
-        state_ns = stamp.sec * 1_000_000_000 + stamp.nanosec
-        if state_ns <= 0:
-            state_ns = now_ns
         if abs(state_ns - self._time_origin_ns) > DIFFERENCING_SPAN_NS:
             self._time_origin_ns = state_ns
         return (state_ns - self._time_origin_ns) * 1e-9
@@ -282,8 +278,12 @@ class ControlLoop:
                          "publishing", "negative stamp")
             return False
         first = controller.q is None
+        stamp_ns = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
         stamp = to_seconds(msg.header.stamp)
-        if stamp - now > controller.max_state_age and not clock.ros_time_is_active:
+        # the instant the state describes: its stamp, or its arrival when it has none
+        state_time = stamp if stamp_ns > 0 else now
+        simulated = clock.ros_time_is_active
+        if stamp - now > controller.max_state_age and not simulated:
             # the reference is sampled at the stamp: a stamp from the future would jump it
             # ahead (to a goal's last point, ending the goal early). On sim time the clock is
             # /clock as this node has read it, which lags the states a busy machine delivers
@@ -294,7 +294,8 @@ class ControlLoop:
         try:
             # velocities from positions are differenced over the instants the states describe
             if not controller.update_state(msg.name, msg.position, msg.velocity, now,
-                                           self._differencing_time(msg.header.stamp, now_ns)):
+                                           self._differencing_time(
+                                               stamp_ns if stamp_ns > 0 else now_ns)):
                 return False  # a velocity estimate needs one more state
         except ControllerError as exc:
             self.problem(f"{exc}; not publishing")
@@ -303,21 +304,19 @@ class ControlLoop:
             self._first_state()
         if self._restart_reference:
             self._restart_reference = False
-            if restart_trajectory(controller, stamp if stamp > 0.0 else now):
+            if restart_trajectory(controller, state_time):
                 self.node.get_logger().info("joint states back: the reference restarts from "
                                             "the measured state")
         self.stats.states += 1
         # on sim time a state's age runs from its stamp: /clock as this node has read it lags
         # the states on a busy machine, and a lagging clock that catches up at once would make
         # a state taken late look stale
-        self._last_state = stamp if stamp > 0.0 and clock.ros_time_is_active else now
+        self._last_state = state_time if simulated else now
         if not self._publishing or now - self._last_publish < self._min_period:
             return False
         started = time.perf_counter()
-        # the reference is sampled at the instant the state describes, when it is stamped
-        reference_time = stamp if stamp > 0.0 else now
-        try:
-            out = controller.compute(now, reference_time)
+        try:  # the reference is sampled at the instant the state describes
+            out = controller.compute(now, state_time)
         except ControllerError as exc:
             self.problem(str(exc), "compute")
             self._fault("effort", str(exc), controller)
@@ -327,7 +326,7 @@ class ControlLoop:
         elapsed = time.perf_counter() - started
         self._account(now, elapsed, stamp)
         if self._monitor is not None:
-            self._monitor(reference_time, controller, out)
+            self._monitor(state_time, controller, out)
         if out.clamped:
             self.stats.clamped.update(out.clamped)
             self.problem(f"effort clamped to the limit on {out.clamped}", "clamp")

@@ -53,13 +53,15 @@ def check_stable_gains(controller: JointController, changes: dict[str, Any],
     state, at the zero configuration before one). Only pairs with a changed gain are checked:
     a running controller's gains are not refused for a period measured later."""
     law = controller.law
+
+    def after(name: str) -> np.ndarray:  # per commanded joint, as it would be
+        return gains[GAINS[name]] if name in changes else getattr(law, GAINS[name])[
+            controller.index]
+
     for (position, damping), on_inertia in PD_PAIRS:
         if position not in changes and damping not in changes:
             continue
-        kp = gains.get(GAINS[position], getattr(law, GAINS[position]))[controller.index] \
-            if position not in changes else gains[GAINS[position]]
-        kd = gains.get(GAINS[damping], getattr(law, GAINS[damping]))[controller.index] \
-            if damping not in changes else gains[GAINS[damping]]
+        kp, kd = after(position), after(damping)
         inertia = None
         if on_inertia:
             q = controller.q if controller.q is not None else np.zeros(controller.model.nq)
