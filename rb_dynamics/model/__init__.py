@@ -23,6 +23,15 @@ from .joints import (
     jcalc,
     motion_subspace,
 )
+from .overlay import (
+    OVERLAY_FORMAT,
+    OVERLAY_KEYS,
+    DynamicsOverlay,
+    OverlayError,
+    apply_overlay,
+    read_overlay,
+    write_overlay,
+)
 from .ros2_control import (
     COMMAND_FIELDS,
     EFFORT,
@@ -81,6 +90,7 @@ __all__ = [
     "COULOMB_SMOOTHING",
     "CommandLayout",
     "DEFAULT_GRAVITY",
+    "DynamicsOverlay",
     "EFFORT",
     "Frame",
     "HardwareSystem",
@@ -96,6 +106,9 @@ __all__ = [
     "MAX_URDF_BYTES",
     "Model",
     "ONE_DOF_KINDS",
+    "OVERLAY_FORMAT",
+    "OVERLAY_KEYS",
+    "OverlayError",
     "POSITION",
     "TOPIC_PLUGINS",
     "URDFError",
@@ -111,6 +124,7 @@ __all__ = [
     "finite_array",
     "finite_vector",
     "force_apply_transpose",
+    "apply_overlay",
     "jcalc",
     "joint_command_modes",
     "load_model",
@@ -124,6 +138,7 @@ __all__ = [
     "plux",
     "plux_inverse",
     "quat_to_matrix",
+    "read_overlay",
     "read_ros2_control",
     "repeated_names",
     "read_source",
@@ -131,4 +146,5 @@ __all__ = [
     "rpy_to_matrix",
     "skew",
     "transform_parts",
+    "write_overlay",
 ]

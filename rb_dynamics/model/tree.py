@@ -113,6 +113,16 @@ class Model:
     warnings: list[str] = field(default_factory=list)
     # moving joints whose whole subtree carries no mass or inertia → the links they move
     massless_joints: dict[str, list[str]] = field(default_factory=dict)
+    # --- what a URDF leaves out (a dynamics overlay: ``model.overlay``); (nv,), zeros if None
+    armature: np.ndarray | None = None  # rotor inertia on M's diagonal, kg·m² or kg
+    stribeck_friction: np.ndarray | None = None  # breakaway effort above Coulomb, N·m or N
+    stribeck_velocity: np.ndarray | None = None  # rad/s or m/s where it has decayed to 1/e
+    effort_offset: np.ndarray | None = None  # effort sensor offset: measured = true + offset
+
+    def __post_init__(self) -> None:
+        for name in ("armature", "stribeck_friction", "stribeck_velocity", "effort_offset"):
+            if getattr(self, name) is None:
+                setattr(self, name, np.zeros(self.nv))
 
     @property
     def n_bodies(self) -> int:

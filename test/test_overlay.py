@@ -1,0 +1,79 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The dynamics overlay: read, written, applied to a model by joint name, bad files refused
+naming the place."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rb_dynamics import DEFAULT_URDF
+from rb_dynamics.model import (
+    DynamicsOverlay,
+    OverlayError,
+    apply_overlay,
+    load_model,
+    read_overlay,
+    write_overlay,
+)
+
+MODEL = load_model(DEFAULT_URDF)
+
+
+def test_an_overlay_round_trips_and_lands_on_the_named_joints(tmp_path):
+    overlay = DynamicsOverlay(
+        joints={"elbow_joint": {"armature": 0.3, "viscous": 1.5, "coulomb": 2.0,
+                                "stribeck": 0.5, "stribeck_velocity": 0.05, "offset": -0.2},
+                "wrist_3_joint": {"armature": 0.01}},
+        robot=MODEL.name, covariance_names=["elbow_joint.armature", "wrist_3_joint.armature"],
+        covariance=np.diag([1e-4, 4e-6]), provenance={"bag": "run1", "urdf": "arm.urdf"})
+    path = tmp_path / "overlay.yaml"
+    write_overlay(overlay, path)
+    back = read_overlay(path)
+    assert back.joints == overlay.joints and back.robot == MODEL.name
+    assert back.covariance_names == overlay.covariance_names
+    assert np.array_equal(back.covariance, overlay.covariance)
+    assert back.provenance == overlay.provenance
+    model = apply_overlay(MODEL, back)
+    elbow = MODEL.joint_names.index("elbow_joint")
+    wrist = MODEL.joint_names.index("wrist_3_joint")
+    assert model.armature[elbow] == 0.3 and model.armature[wrist] == 0.01
+    assert model.damping[elbow] == 1.5 and model.friction[elbow] == 2.0
+    assert model.stribeck_friction[elbow] == 0.5 and model.stribeck_velocity[elbow] == 0.05
+    assert model.effort_offset[elbow] == -0.2
+    # joints and keys the overlay leaves out keep the model's values
+    assert model.damping[wrist] == MODEL.damping[wrist]
+    others = [k for k in range(MODEL.nv) if k not in (elbow, wrist)]
+    assert not model.armature[others].any()
+    assert not MODEL.armature.any()  # the original is not touched
+    # the model's own values, written out, read back and applied, change nothing
+    same = apply_overlay(MODEL, read_overlay(
+        __import__("yaml").safe_dump(DynamicsOverlay.from_model(MODEL).to_dict())))
+    for field in ("armature", "damping", "friction", "effort_offset"):
+        assert np.array_equal(getattr(same, field), getattr(MODEL, field))
+
+
+@pytest.mark.parametrize("text, says", [
+    ("joints: {}\n", "not a dynamics overlay"),
+    ("format: rb_dynamics/dynamics_overlay\nversion: 1\njoints: {elbow_joint: "
+     "{armature: -1}}\n", "'elbow_joint': armature -1.0 is negative"),
+    ("format: rb_dynamics/dynamics_overlay\nversion: 1\njoints: {elbow_joint: "
+     "{inertia: 1}}\n", "unknown key 'inertia'"),
+    ("format: rb_dynamics/dynamics_overlay\nversion: 1\njoints: {elbow_joint: "
+     "{coulomb: .nan}}\n", "coulomb nan is not a finite number"),
+    ("format: rb_dynamics/dynamics_overlay\nversion: 1\njoints: {elbow_joint: "
+     "{coulomb: fast}}\n", "coulomb must be a number"),
+    ("format: rb_dynamics/dynamics_overlay\nversion: 1\njoints: {}\ncovariance: "
+     "{parameters: [a, b], matrix: [[1]]}\n", "finite 2×2 matrix"),
+    ("format: rb_dynamics/dynamics_overlay\nversion: 1\n: [\n", "not YAML"),
+])
+def test_bad_overlays_are_refused_naming_the_place(text, says):
+    with pytest.raises(OverlayError, match=None) as info:
+        read_overlay(text)
+    assert says in str(info.value), str(info.value)
+
+
+def test_an_overlay_naming_another_robots_joints_is_refused():
+    overlay = DynamicsOverlay(joints={"panda_joint1": {"armature": 0.1}}, robot="panda")
+    with pytest.raises(OverlayError, match="panda_joint1"):
+        apply_overlay(MODEL, overlay)
