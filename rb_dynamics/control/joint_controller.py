@@ -187,7 +187,8 @@ def restart_trajectory(controller: JointController, now: float) -> bool:
         sampler = old.restarted(now, controller.q.copy(), controller.v.copy(),
                                 controller.law.continuous)
         if sampler is not None and controller.refuse_infeasible:
-            _refuse_infeasible(controller.model, sampler)
+            # the segments after the first are the old reference's, checked when it came
+            _refuse_infeasible(controller.model, sampler.first_segment())
     except (ControllerError, TrajectoryError):
         return False
     controller.trajectory = sampler

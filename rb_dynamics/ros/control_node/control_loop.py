@@ -175,6 +175,12 @@ class ControlLoop:
             return
         age = self.now() - self._last_state
         if age > controller.max_state_age:
+            waiting = next(take_queued(self.state_sub, 1), None)
+            if waiting is not None:
+                # states came, and this thread, held up, had not read them: not a stale
+                # stream (a state that is itself too old is refused as it is read)
+                self._on_joint_state(waiting)
+                return
             with self.lock:
                 if self._commanding and self._controller is controller:
                     why = self.stats.last_problem  # a refusal's reason stays in sight

@@ -21,7 +21,7 @@ from rb_dynamics.model import Model, load_model
 from rb_dynamics.ros import parameters as ros_params
 from rb_dynamics.ros.constraint_parameters import ConstraintParameters
 from rb_dynamics.ros.model_source import ModelSource
-from rb_dynamics.ros.runtime import LatestOnlyWorker
+from rb_dynamics.ros.runtime import LatestOnlyWorker, freeze_long_lived
 
 from .control_loop import ControlLoop
 
@@ -112,6 +112,7 @@ class ModelLoader:
         self.refused, self._retry = "", None
         self.installed(model, controller)
         self._report(model, controller, origin)
+        freeze_long_lived()  # the model and its controller live until the next description
 
     def _report(self, model: Model, controller: JointController | None, origin: str) -> None:
         log = self.node.get_logger()
@@ -132,3 +133,4 @@ class ModelLoader:
 
     def _on_kernels(self, kind: str) -> None:
         self.node.get_logger().info(f"dynamics kernels: {kind}")
+        freeze_long_lived()

@@ -302,6 +302,9 @@ class TrajectoryAction:
         if goal is None:  # not through _on_goal: never expected
             handle.execute(self._unexpected)
             return
+        # rclpy keeps the request as long as the goal handle (to action_result_timeout after
+        # the end); its points live on in the sampler's arrays: free their objects now
+        handle.request.trajectory.points = []
         goal.handle = handle
         with self.loop.lock:
             if self.loop.controller is not goal.controller or self.lifecycle_state() != "active":
