@@ -61,6 +61,8 @@ SPECIAL: dict[str, Any] = {
     "servo_kp": [150.0],
     "servo_kd": [6.0],
     "ki": [0.5],
+    "impedance.stiffness": [50.0],
+    "impedance.damping": [5.0],
     "max_publish_rate": 100.0,  # a period within state_timeout (a longer one is refused)
     "payload.link": "tool0",
     "payload.com": [0.0, 0.0, 0.05],

@@ -59,12 +59,14 @@ from rb_dynamics.ros.runtime import ThrottledLogger, refuse_invalid_transitions
 from .control_loop import ControlLoop
 from .dynamics_services import DynamicsServices
 from .law_parameters import (
+    IMPEDANCE,
     LAW_PARAMETERS,
     apply_law_changes,
     check_command_hold,
     check_law_changes,
     check_stable_gains,
     controller_options,
+    impedance_gains,
 )
 from .model_loader import ModelLoader
 from .payload_services import PAYLOAD_PARAMETERS, PayloadServices
@@ -149,6 +151,7 @@ class ControlNode(LifecycleNode):
         joints = list(value("joints")) or None
         controller = JointController(model, joints, dynamics=dynamics,
                                      **controller_options(value))
+        controller.set_gains(**impedance_gains(controller, value))
         controller.effort_scale = value("effort_scale")
         self.payload.attach(controller)
         return controller
@@ -213,8 +216,11 @@ class ControlNode(LifecycleNode):
             c = self.loop.controller
             count = None if c is None else len(c.joints)
             gains = check_law_changes(changes, count)
+            if set(IMPEDANCE) & set(changes):
+                gains.update(impedance_gains(
+                    c, lambda name: changes.get(name, self.get_parameter(name).value)))
             if c is not None:
-                check_stable_gains(c, changes, gains, self.loop.command_period)
+                check_stable_gains(c, changes, gains, self.loop.stability.loop_period)
             if {"max_publish_rate", "state_timeout"} & set(changes):
                 check_command_hold(*(changes.get(name, self.get_parameter(name).value)
                                      for name in ("max_publish_rate", "state_timeout")))
@@ -224,6 +230,8 @@ class ControlNode(LifecycleNode):
         with self.loop.lock:  # every change is valid: the control loop sees all or none
             if c is not None and apply_law_changes(c, changes, gains):
                 self.loop.reference_changed()
+            if set(LAW_PARAMETERS) & set(changes):
+                self.loop.stability.recheck()
             self.loop.stop_command = changes.get("stop_command", self.loop.stop_command)
             if "max_publish_rate" in changes:
                 self.loop.set_max_rate(changes["max_publish_rate"])

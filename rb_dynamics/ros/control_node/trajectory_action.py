@@ -273,6 +273,9 @@ class TrajectoryAction:
                             f"mode to one of {REFERENCE_MODES} to follow trajectories (ros2 "
                             f"param set {self.node.get_fully_qualified_name()} mode "
                             "computed_torque)")
+        if self.loop.stability.problem is not None:
+            raise GoalError(INVALID_GOAL, f"the controller is not commanding: "
+                            f"{self.loop.stability.problem}")
         check_goal_message(goal, controller.joints,
                            self.settings["allow_nonzero_velocity_at_trajectory_end"])
         trajectory = goal.trajectory
