@@ -32,7 +32,6 @@ from .law import (
     ControllerError,
     check_gains,
     clamp_effort,
-    friction_compensation,
     position_error,
     wrap_angle,
 )
@@ -84,7 +83,6 @@ __all__ = [
     "clamp_effort",
     "evaluate_spline",
     "feasibility_report",
-    "friction_compensation",
     "holding_effort",
     "position_error",
     "restart_trajectory",

@@ -118,6 +118,7 @@ class _Tree:
         self.bodies = _bodies(model)
         self.emit = emit
         self.gravity = [float(x) for x in model.gravity]
+        self.armature = [float(x) for x in model.armature]  # per public coordinate
 
     def joint_q(self, i: int, q: list) -> list:
         """Body i's joint coordinates (a mimic joint's from its leader's)."""
@@ -289,6 +290,10 @@ def rnea(tree: _Tree, q, v, a, X=None) -> list:
             else:
                 from_children[b.parent] = ([before[0][k] + tn[k] for k in range(3)],
                                            [before[1][k] + tf[k] for k in range(3)])
+    if a is not None:  # the rotors: armature·q̈ (no term at all where the armature is 0)
+        for d, armature in enumerate(tree.armature):
+            if armature:
+                tau_terms[d].append((armature, a[d], None))
     return [emit.sum_of_products(t) for t in tau_terms]
 
 
@@ -386,6 +391,9 @@ def _crba_matrix(tree: _Tree, X, mass: list, hs: list, Is: list) -> list:
                     add(d1, d2, terms)
                     if d1 == d2:
                         add(d1, d2, terms)
+    for d, armature in enumerate(tree.armature):
+        if armature:
+            add(d, d, [(armature, None, None)])
     M = [[0.0] * nv for _ in range(nv)]
     for (d1, d2), terms in sorted(H.items()):
         M[d1][d2] = M[d2][d1] = emit.sum_of_products(terms)
@@ -448,7 +456,11 @@ def _aba_articulated(tree: _Tree, X, tau, c: list, IA: list, pA: list
         S = b.S
         U_i = [[emit.sum_of_products([(1.0, A[r][k], float(S[k, j])) for k in range(6)])
                 for j in range(b.nv)] for r in range(6)]  # 6 × nv
-        D = [[emit.sum_of_products([(float(S[k, a]), U_i[k][col], None) for k in range(6)])
+        # D = Sᵀ U + the joint's armature on the diagonal
+        armature = [tree.armature[d] for d in tree.dofs(i)[0]]
+        D = [[emit.sum_of_products([(float(S[k, a]), U_i[k][col], None) for k in range(6)]
+                                   + ([(armature[a], None, None)] if a == col and armature[a]
+                                      else []))
               for col in range(b.nv)] for a in range(b.nv)]
         tau_i = tree.joint_v(i, tau)
         u_i = [emit.sum_of_products([(1.0, tau_i[a], None)]
