@@ -389,6 +389,9 @@ class Simulator:
     # True when ``effort_at`` depends on the state (a subclass with joint servos): the compiled
     # roll-out then calls it back before each step instead of tabulating it ahead
     state_feedback = False
+    # Told (times, q, v, effort) of the steps taken, one row per step: its start time and state
+    # and the effort it applied (``sensors.StateHistory.record``, for delayed readings)
+    recorder: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], None] | None = None
 
     def effort_at(self, t: float, q: np.ndarray, v: np.ndarray) -> np.ndarray:
         """The effort applied at time ``t`` in the state (q, v): the held command, zero once
@@ -413,7 +416,10 @@ class Simulator:
         if fast is not None and steps > 0:
             done = self._advance_compiled(fast, steps)
         for _ in range(steps - done):  # the reference: no fast path, or from a refused step
-            result = step(self.dynamics, self.q, self.v, self.applied_effort, self.dt,
+            effort = self.applied_effort
+            if self.recorder is not None:
+                self.recorder(np.array([self.time]), self.q[None], self.v[None], effort[None])
+            result = step(self.dynamics, self.q, self.v, effort, self.dt,
                           self.integrator, constraints=self.constraints, t=self.time)
             self.q, self.v, self.a, self.limit_hit = result.q, result.v, result.a, result.limit_hit
             self.time += self.dt
@@ -434,6 +440,8 @@ class Simulator:
                 else self.command
             trace = fast.run(self.q, self.v, tau, self.dt, steps)
         done = trace.steps
+        if done and self.recorder is not None:
+            self.recorder(times[:done], trace.q[:done], trace.v[:done], trace.tau[:done])
         if done:
             self.q, self.v = trace.q[done].copy(), trace.v[done].copy()
             self.a, self.limit_hit = trace.a[done - 1].copy(), trace.limit_hit[done - 1].copy()
