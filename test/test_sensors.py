@@ -243,7 +243,8 @@ def test_the_simulator_node_reports_as_a_real_arms_driver(tmp_path):
         assert lag.max() - lag.min() > 0.5 * jitter  # jittered
         assert np.all(np.diff(stamps) > 0)
         # positions: the true robot (overlay) falling from rest, at the instant described
-        truth = Simulator(make_dynamics(MODEL, "python"), DT, "semi_implicit_euler", q0=np.array(q0))
+        truth = Simulator(make_dynamics(MODEL, "python"), DT, "semi_implicit_euler",
+                          q0=np.array(q0))
         truth_history = StateHistory(6, 10.0)
         truth.recorder = truth_history.record
         truth.advance(0.4 + DT, 1000)

@@ -24,6 +24,7 @@ from .joint_controller import (
     JointStateReader,
     holding_effort,
     restart_trajectory,
+    swap_dynamics,
 )
 from .law import (
     CONTROL_MODES,
@@ -86,6 +87,7 @@ __all__ = [
     "holding_effort",
     "position_error",
     "restart_trajectory",
+    "swap_dynamics",
     "shortest_way_start",
     "soft_limit_effort_bounds",
     "spline_coefficients",
