@@ -201,8 +201,10 @@ def swap_dynamics(controller: JointController, dynamics: Dynamics) -> None:
     ``dynamics.model`` has other joints. Not thread-safe: a control loop calls it under its
     lock."""
     model, old = dynamics.model, controller.model
-    if (model.joint_names != old.joint_names or model.nq != old.nq or model.nv != old.nv
-            or not np.array_equal(model.effort_limit, old.effort_limit)):
+    same_tree = (model.joint_names == old.joint_names and model.parent == old.parent
+                 and all(np.array_equal(a, b) for a, b in zip(model.X_tree + model.inertia,
+                                                              old.X_tree + old.inertia)))
+    if not (same_tree and np.array_equal(model.effort_limit, old.effort_limit)):
         raise ControllerError(f"model {model.name!r} is not the controller's robot "
                               f"({old.name!r}) with other joint dynamics")
     controller.model = controller.state_reader.model = model
