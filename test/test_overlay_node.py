@@ -3,8 +3,8 @@
 at run time (``~/set_dynamics_overlay``), as a real process. Its commands equal Pinocchio's
 with the overlay's armature (``model.armature``) plus the friction law, at random states,
 before and after a swap; with a payload on top, Pinocchio's with the payload's inertia in the
-wrist's too. Bad overlays are refused saying why while the node goes on commanding; a bad file
-at start refuses the description."""
+wrist's too, and so are ``~/inverse_dynamics``' answers. Bad overlays are refused saying why
+while the node goes on commanding; a bad file at start refuses the description."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from rb_dynamics.dynamics import Payload, friction_effort
 from rb_dynamics.model import DynamicsOverlay, apply_overlay, load_model, write_overlay
-from rb_dynamics_interfaces.srv import SetDynamicsOverlay, SetPayload
+from rb_dynamics_interfaces.srv import InverseDynamics, SetDynamicsOverlay, SetPayload
 
 UR5 = Path(robots_dir(), REAL_ROBOTS["ur5"][0])
 BARE = load_model(UR5)
@@ -98,17 +98,24 @@ def set_overlay(rig: Session, text: str = "", path: str = "") -> SetDynamicsOver
                     SetDynamicsOverlay.Request(overlay=text, path=path))
 
 
+def follow_the_set_point(rig: Session) -> None:
+    """GOAL as a set-point (a mode change drops the reference)."""
+    rig.publish_matched(JointTrajectory, "~/joint_trajectory", JointTrajectory(
+        joint_names=JOINTS, points=[JointTrajectoryPoint(positions=GOAL.tolist())]))
+
+
 @pytest.fixture()
 def rig(tmp_path):
     start = tmp_path / "identified.yaml"
     write_overlay(overlay(1), start)
     session = control_node(tmp_path, {
         "urdf_path": str(UR5), "mode": "computed_torque", "kp": [KP], "kd": [KD],
-        "friction_compensation": True, "dynamics_overlay": str(start), "state_timeout": 0.5,
+        # states come in bursts between service calls: none goes stale (a stale state
+        # would drop the set-point and hold the measured position)
+        "friction_compensation": True, "dynamics_overlay": str(start), "state_timeout": 5.0,
         "refuse_infeasible_trajectories": False})
     assert session.command_after(JOINTS, GOAL, timeout=30.0) is not None, session.output()
-    session.publish_matched(JointTrajectory, "~/joint_trajectory", JointTrajectory(
-        joint_names=JOINTS, points=[JointTrajectoryPoint(positions=GOAL.tolist())]))
+    follow_the_set_point(session)
     yield session
     session.close()
 
@@ -127,12 +134,22 @@ def test_commands_follow_the_overlay_from_start_through_swaps(rig, tmp_path):
     worst["swap, friction compensation"] = commands_equal(
         rig, Expected(second).gravity_compensation, 12)
     assert rig.set_parameters(mode="computed_torque").successful
+    follow_the_set_point(rig)
     worst["swap, computed torque"] = commands_equal(rig, Expected(second).computed_torque, 13)
     # a payload on top: both
     payload = Payload("wrist_3_link", 1.5, [0.0, 0.02, 0.05], np.diag([3e-3, 3e-3, 2e-3]))
     assert rig.call(SetPayload, "~/set_payload", set_payload_request(
         payload.link, payload.mass, payload.com, payload.inertia)).success
     worst["swap + payload"] = commands_equal(rig, Expected(second, payload).computed_torque, 14)
+    # the dynamics services answer for the overlaid robot with its payload
+    q, v = states(17, 1)[0]
+    a = np.linspace(-2.0, 2.0, 6)
+    answer = rig.call(InverseDynamics, "~/inverse_dynamics", InverseDynamics.Request(
+        joint_names=JOINTS, positions=q.tolist(), velocities=v.tolist(),
+        accelerations=a.tolist()))
+    assert answer.success, answer.message
+    worst["~/inverse_dynamics"] = rel_err(answer.efforts, Expected(second, payload).rnea(q, v, a))
+    assert worst["~/inverse_dynamics"] <= 1e-9
     # bad overlays: refused with the reason, nothing changes, the node goes on commanding
     bad = overlay(3).to_dict()
     bad["joints"]["elbow_joint"]["armature"] = -0.1
@@ -161,8 +178,11 @@ def test_a_bad_overlay_file_at_start_refuses_the_description(tmp_path):
     rig = control_node(tmp_path, {"urdf_path": str(UR5), "dynamics_overlay": str(bad)})
     try:
         assert rig.wait_for_log("cannot use the description", 20.0), rig.output()
-        assert "stribeck_velocity must be a number" in rig.output()
-        answer = set_overlay(rig, path=str(bad))
+        assert f"{bad}: joint 'wrist_2_joint': stribeck_velocity must be a number" \
+            in rig.output()
+        good = tmp_path / "good.yaml"
+        write_overlay(overlay(4), good)
+        answer = set_overlay(rig, path=str(good))
         assert not answer.success and "no robot description loaded yet" in answer.message
         assert "dynamics_overlay" in answer.message, answer.message
         assert rig.command_after(JOINTS, GOAL, timeout=1.0) is None  # no model: no command
