@@ -36,61 +36,90 @@ class StateHistory:
     """The simulated joints' recent states: at each recorded instant t_k (s, increasing) the
     positions and velocities and the effort applied from t_k until the next instant.
 
-    Keeps at least ``span`` seconds behind the newest instant once that many are recorded.
+    Keeps at least ``span`` seconds behind the newest instant once that many are recorded, in
+    arrays that grow only while that span needs more rows (a record costs a few array writes).
     A query before the oldest instant kept answers the oldest state (the arm as first seen).
     """
 
-    def __init__(self, width: int, span: float) -> None:
+    def __init__(self, width: int, span: float, capacity: int = 64) -> None:
         self.width, self.span = int(width), float(span)
-        self._t = np.empty(0)
-        self._rows = np.empty((0, 3 * self.width))  # [q | v | effort] per instant
+        self._t = np.empty(capacity)
+        self._rows = np.empty((capacity, 3 * self.width))  # [q | v | effort] per instant
+        self._first = self._end = 0  # the rows in use: [_first, _end)
 
     def __len__(self) -> int:
-        return len(self._t)
+        return self._end - self._first
 
     def clear(self) -> None:
         """Forget everything (the simulation's time restarted)."""
-        self._t, self._rows = self._t[:0], self._rows[:0]
+        self._first = self._end = 0
 
     def record(self, times, q, v, effort) -> None:
         """Instants ``times`` (k,) with their q, v, effort rows (k, width). An instant equal
         to the newest one replaces it (a new command at the same instant); older ones are
         ignored."""
         times = np.atleast_1d(np.asarray(times, dtype=float))
-        rows = np.hstack([np.atleast_2d(q), np.atleast_2d(v), np.atleast_2d(effort)])
-        if len(self._t):
-            newest = self._t[-1]
+        w = self.width
+        if self._end > self._first:
+            newest = self._t[self._end - 1]
             keep = times >= newest
-            times, rows = times[keep], rows[keep]
+            if not keep.all():
+                times, q, v, effort = (times[keep], np.atleast_2d(q)[keep],
+                                       np.atleast_2d(v)[keep], np.atleast_2d(effort)[keep])
             if len(times) and times[0] == newest:
-                self._t, self._rows = self._t[:-1], self._rows[:-1]
-        self._t = np.concatenate([self._t, times])
-        self._rows = np.concatenate([self._rows, rows])
-        old = np.searchsorted(self._t, self._t[-1] - self.span, side="right") - 1 \
-            if len(self._t) else 0
-        if old > len(self._t) // 2:  # drop in bulk: amortised O(1) per instant
-            self._t, self._rows = self._t[old:], self._rows[old:]
+                self._end -= 1
+        k = len(times)
+        if not k:
+            return
+        self._make_room(k)
+        end = self._end
+        self._t[end:end + k] = times
+        rows = self._rows[end:end + k]
+        rows[:, :w], rows[:, w:2 * w], rows[:, 2 * w:] = q, v, effort
+        self._end = end + k
+
+    def _make_room(self, k: int) -> None:
+        """Room for ``k`` more rows: rows older than ``span`` dropped, the rest moved to the
+        front, the arrays doubled when that is not enough."""
+        if self._end + k <= len(self._t):
+            return
+        t = self._t[self._first:self._end]
+        if len(t):  # keep the newest instant at or before newest − span, and all after
+            self._first += max(int(np.searchsorted(t, t[-1] - self.span, side="right")) - 1,
+                               0)
+        n = self._end - self._first
+        size = len(self._t)
+        while n + k > size // 2:
+            size *= 2
+        if size != len(self._t):
+            t, rows = np.empty(size), np.empty((size, 3 * self.width))
+        else:
+            t, rows = self._t, self._rows
+        t[:n] = self._t[self._first:self._end]
+        rows[:n] = self._rows[self._first:self._end]
+        self._t, self._rows, self._first, self._end = t, rows, 0, n
+
+    def _index(self, t: float) -> int:
+        """The newest row at or before ``t`` (the oldest when none is)."""
+        if self._end == self._first:
+            raise ValueError("no state recorded yet")
+        k = int(np.searchsorted(self._t[self._first:self._end], t, side="right")) - 1
+        return self._first + max(k, 0)
 
     def state(self, t: float) -> tuple[np.ndarray, np.ndarray]:
         """(q, v) at ``t``, linear between the recorded instants around it."""
-        if not len(self._t):
-            raise ValueError("no state recorded yet")
-        k = int(np.searchsorted(self._t, t, side="right")) - 1
-        w = self.width
-        if k < 0 or k >= len(self._t) - 1:
-            row = self._rows[max(k, 0)]
+        k, w = self._index(t), self.width
+        if k + 1 >= self._end or t <= self._t[k]:
+            row = self._rows[k]
             return row[:w].copy(), row[w:2 * w].copy()
         t0, t1 = self._t[k], self._t[k + 1]
-        s = (t - t0) / (t1 - t0)
-        row = self._rows[k] + s * (self._rows[k + 1] - self._rows[k])
-        return row[:w], row[w:2 * w]
+        row = self._rows[k, :2 * w]
+        row = row + (t - t0) / (t1 - t0) * (self._rows[k + 1, :2 * w] - row)
+        return row[:w], row[w:]
 
     def effort(self, t: float) -> np.ndarray:
         """The effort applied at ``t``: the one of the newest instant at or before it."""
-        if not len(self._t):
-            raise ValueError("no state recorded yet")
-        k = max(int(np.searchsorted(self._t, t, side="right")) - 1, 0)
-        return self._rows[k, 2 * self.width:].copy()
+        return self._rows[self._index(t), 2 * self.width:].copy()
 
 
 @dataclass(frozen=True)
@@ -158,10 +187,21 @@ class JointSensors:
         self._last_sampled = sampled
         describes = sampled - self.delay
         q, v = history.state(describes)
-        applied = history.effort(describes - self.effort_delay)
+        return self._measured(sampled, describes, q, v,
+                              history.effort(describes - self.effort_delay), rng)
+
+    def read_current(self, now: float, q: np.ndarray, v: np.ndarray, effort: np.ndarray,
+                     rng: np.random.Generator) -> Reading:
+        """The reading of the state at ``now`` itself: for sensors without delays or jitter
+        (``span`` 0), which need no history."""
+        return self._measured(now, now, q, v, effort, rng)
+
+    def _measured(self, sampled: float, describes: float, q: np.ndarray, v: np.ndarray,
+                  applied: np.ndarray, rng: np.random.Generator) -> Reading:
+        """Offset, noise and quantisation on the true values (each skipped when off)."""
         effort = applied + self.effort_offset
-        sigma = self.effort_noise + self.effort_noise_relative * np.abs(applied)
-        if np.any(sigma > 0):
-            effort = effort + sigma * rng.standard_normal(len(effort))
+        if self.effort_noise > 0 or self.effort_noise_relative > 0:
+            sigma = self.effort_noise + self.effort_noise_relative * np.abs(applied)
+            effort += sigma * rng.standard_normal(len(effort))
         return Reading(sampled, describes, _quantised(q, self.encoder_resolution), v,
                        _quantised(effort, self.effort_resolution))

@@ -336,8 +336,12 @@ class SimulatorNode(Node):
         the instant it describes or the one it was sampled at (``measurement_stamp``)."""
         now, sim = self.sim.time, self.sim
         qi, vi = self.joint_layout.q_index, self.joint_layout.v_index
-        self.history.record(now, sim.q[qi], sim.v[vi], sim.applied_effort[vi])
-        reading = self.sensors.read(self.history, now, self.rng)
+        q, v, effort = sim.q[qi], sim.v[vi], sim.applied_effort[vi]
+        if self.sensors.span > 0:  # delayed or jittered: from the recent steps
+            self.history.record(now, q, v, effort)
+            reading = self.sensors.read(self.history, now, self.rng)
+        else:
+            reading = self.sensors.read_current(now, q, v, effort, self.rng)
         instant = reading.describes if self.stamp_described else reading.sampled
         msg = JointState()
         if self.clock_pub is not None or self.external_clock:
