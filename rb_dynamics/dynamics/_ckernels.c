@@ -388,7 +388,7 @@ static double friction_of(const Stepper *s, Py_ssize_t i, double v, double *slop
     double vs = s->stribeck_velocity[i], fs = s->stribeck[i];
     int on = vs > 0.0 && fs > 0.0;
     double inv_vs2 = on ? 1.0 / (vs * vs) : 0.0;
-    double decay = (on ? fs : 0.0) * exp(-(v * v) * inv_vs2);
+    double decay = on ? fs * exp(-(v * v) * inv_vs2) : 0.0; /* Python: 0·exp(0) = 0 */
     double th = tanh(v / COULOMB_SMOOTHING);
     if (slope != NULL) {
         double c = cosh(fmin(fmax(v / COULOMB_SMOOTHING, -300.0), 300.0));
