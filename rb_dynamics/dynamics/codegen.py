@@ -12,6 +12,10 @@ products. Transforms are kept as (E rotation, r translation) and expanded symbol
 Spatial vectors are (angular, linear) pairs of 3-vectors, written ``w``/``u`` for motions and
 ``n``/``f`` for forces.
 
+A joint's armature (``Model.armature``) is a constant: armature·q̈ in RNEA's τ, on M's diagonal,
+in ABA's D = Sᵀ I^A S; where it is 0 no term is written, so a model without armature generates
+the code it would without the field.
+
 Snapping: constant rotation entries within 1e-14 of 0 or ±1 (cos(π/2) = 6e-17 from URDF rpy
 angles) and inertia entries below 1e-14 of the body's largest are treated as exact, which
 changes results by ~1e-14 relative at most.
