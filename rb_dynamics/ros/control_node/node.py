@@ -14,7 +14,8 @@ run-time parameters:
 - ``TrajectoryTopic`` (trajectory_topic.py): ``~/joint_trajectory``;
 - ``TrajectoryAction`` (trajectory_action.py): ``~/follow_joint_trajectory``,
   ``~/controller_state``;
-- ``DynamicsServices`` (dynamics_services.py), ``PayloadServices`` (payload_services.py);
+- ``DynamicsServices`` (dynamics_services.py), ``PayloadServices`` (payload_services.py),
+  ``OverlayService`` (overlay_service.py: the dynamics overlay, with ``ModelLoader``);
 - ``ControlStatus`` (status.py): /diagnostics;
 - the parameters, declared from ``parameters.yaml`` beside this module (the node's schema).
 
@@ -26,9 +27,9 @@ Topics
     ~/controller_state (pub, control_msgs/JointTrajectoryControllerState)
     /diagnostics (pub, diagnostic_msgs/DiagnosticArray)  about once a second
 Services (rb_dynamics_interfaces): ~/inverse_dynamics, ~/forward_dynamics, ~/dynamics_terms,
-~/simulate, ~/set_payload, ~/identify_payload, ~/trajectory_efforts (the dynamics services
-answer for the robot with its payload). Action: ~/follow_joint_trajectory
-(control_msgs/FollowJointTrajectory).
+~/simulate, ~/set_payload, ~/identify_payload, ~/trajectory_efforts, ~/set_dynamics_overlay
+(the dynamics services answer for the robot with its overlay and its payload). Action:
+~/follow_joint_trajectory (control_msgs/FollowJointTrajectory).
 
 A managed (lifecycle) node: with ``autostart`` (the default) it configures and activates itself
 at start; only an active node publishes efforts and takes trajectories and goals. The model,
@@ -69,6 +70,7 @@ from .law_parameters import (
     impedance_gains,
 )
 from .model_loader import ModelLoader
+from .overlay_service import OverlayService
 from .payload_services import PAYLOAD_PARAMETERS, PayloadServices
 from .status import ControlStatus
 from .trajectory_action import TRAJECTORY_PARAMETERS, TrajectoryAction
@@ -102,10 +104,15 @@ class ControlNode(LifecycleNode):
         self.trajectory_topic = TrajectoryTopic(self, self.loop, self._state,
                                                 lambda: self.model_loader.model)
         self.payload = PayloadServices(self, self.loop, lambda: self.model_loader.dynamics)
+        self.overlay = OverlayService(self, self.model_loader)
+        # an overlay swapped in is the same robot: the resting states recorded for payload
+        # identification stay, and so does the payload's term (a payload moves no rotor)
+        self.model_loader.overlay_changed = self.payload.samples.rebind
         self.dynamics_services = DynamicsServices(self, self.payload.dynamics,
                                                   self.model_loader.constraints_for)
         self.status = ControlStatus(self, self.loop, self.model_loader, self._state,
-                                    self.payload.diagnostic_values)
+                                    lambda: {**self.overlay.diagnostic_values(),
+                                             **self.payload.diagnostic_values()})
         self.add_on_set_parameters_callback(self._on_set_parameters)
         refuse_invalid_transitions(self)
         self.model_loader.follow_sources()
