@@ -170,11 +170,11 @@ def test_a_new_trajectory_starts_from_the_measured_or_the_desired_state(single, 
     q = Q0 + delta
     before = rig.command(q) - pin_gravity(DEFAULT_URDF, q)
     np.testing.assert_allclose(before, -k * delta, rtol=1e-9)
-    rig.send_goal([_point(20.0, Q0 + 0.5)])  # slow: it moves < 1e-4 rad in the first 0.5 s
+    rig.send_goal([_point(200.0, Q0 + 0.5)])  # slow: < 1e-4 rad in 5 s (a loaded machine)
     rig.node.wait_for(lambda: False, 0.1)
     spring = rig.command(q) - pin_gravity(DEFAULT_URDF, q)
     if interpolate:
-        np.testing.assert_allclose(spring, -k * delta, rtol=0.0, atol=0.05 * k * 0.02)
+        assert np.all(np.abs(spring + k * delta) <= 0.05 * k * 0.02), (spring, -k * delta)
     else:
         assert np.all(np.abs(spring) < 0.05 * k * 0.02), (spring, k)
 
