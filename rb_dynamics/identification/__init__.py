@@ -71,6 +71,13 @@ from .synthetic import (
     perturbed_model,
     synthetic_recording,
 )
+from .plan_files import (
+    PLAN_FORMAT,
+    excitation_goal,
+    plan_report,
+    read_plan,
+    write_plan,
+)
 from .preprocessing import (
     OUTLIER_SIGMAS,
     PeriodicData,
@@ -141,6 +148,7 @@ __all__ = [
     "MIN_SAMPLES",
     "MissingDependency",
     "OUTLIER_SIGMAS",
+    "PLAN_FORMAT",
     "POSE_TOLERANCE",
     "ParameterLayout",
     "PayloadEstimate",
@@ -157,6 +165,7 @@ __all__ = [
     "body_parameters",
     "consistent_parameters",
     "corrected_urdf",
+    "excitation_goal",
     "excitation_limits",
     "fit_base_parameters",
     "fit_fourier",
@@ -172,10 +181,12 @@ __all__ = [
     "periodic_data",
     "perturbed_model",
     "plan_excitation",
+    "plan_report",
     "plot_validation",
     "pseudo_inertia",
     "random_states",
     "read_joint_states",
+    "read_plan",
     "require",
     "rest_poses",
     "shift",
@@ -184,4 +195,5 @@ __all__ = [
     "synthetic_recording",
     "validate",
     "write_identification",
+    "write_plan",
 ]

@@ -111,7 +111,8 @@ def fit_base_parameters(base: BaseParameters, data: PeriodicData, *, cutoff: flo
     beta = scipy.linalg.solve_triangular(R, Q.T @ y)
     residual = y - A @ beta
     dof = max(len(y) - base.count, 1)
-    s2 = float(residual @ residual) / dof
+    # no effort is known better than 1e-6 of its size: exact data keep a finite weight
+    s2 = max(float(residual @ residual) / dof, 1e-12 * float(y @ y) / len(y))
     Rinv = scipy.linalg.solve_triangular(R, np.eye(base.count))
     covariance = s2 * Rinv @ Rinv.T
     res_rms = np.sqrt(np.mean((residual.reshape(-1, base.layout.n_joints) / weight) ** 2,

@@ -149,7 +149,7 @@ def column_scaled_condition(base: BaseParameters, Y: np.ndarray) -> float:
 
 def plan_excitation(base: BaseParameters, *, period: float = 10.0, harmonics: int = 5,
                     margin: float = 0.1, acceleration: float | np.ndarray | None = None,
-                    seed: int = 0, starts: int = 4, time_budget: float = 45.0,
+                    seed: int = 0, starts: int = 4, time_budget: float = 35.0,
                     progress: Callable[[str], None] | None = None) -> ExcitationPlan:
     """The excitation of ``base``'s identified joints: one period of ``period`` s with
     ``harmonics`` harmonics, optimised from ``starts`` random starts within ``time_budget``
