@@ -17,6 +17,49 @@ Imports ``rb_dynamics.dynamics`` and ``rb_dynamics.model``; ``rosbags``, ``cvxpy
 """
 
 
+from .bags import (
+    JOINT_STATE_TYPE,
+    JointStateBagWriter,
+    bag_folders,
+    read_joint_states,
+)
+from .base_fit import (
+    MAX_CONDITION_FIT,
+    BaseFit,
+    Validation,
+    fit_base_parameters,
+    validate,
+)
+from .base_parameters import (
+    RANK_TOLERANCE,
+    BaseParameters,
+    base_parameters,
+    random_states,
+)
+from .consistency import (
+    ConsistentFit,
+    consistent_parameters,
+    pseudo_inertia,
+)
+from .excitation import (
+    ExcitationPlan,
+    excitation_limits,
+    plan_excitation,
+)
+from .fourier import (
+    FourierTrajectory,
+    fit_fourier,
+)
+from .measurements import (
+    MIN_SAMPLES,
+    JointRecording,
+    RecordingError,
+)
+from .optional import (
+    IDENTIFICATION_EXTRA,
+    MissingDependency,
+    require,
+)
 from .payload import (
     DEFAULT_NOISE_FLOOR,
     MAX_CONDITION,
@@ -30,46 +73,11 @@ from .payload import (
     identify_payload_inertia,
     suggest_identification_poses,
 )
-from .resting import (
-    END_MARGIN,
-    MAX_REST_GAP,
-    POSE_TOLERANCE,
-    RESTING_CAPACITY,
-    RestingSamples,
-    rest_poses,
-)
-
-from .regressor import (
-    JOINT_TERMS,
-    ParameterLayout,
-    body_parameters,
-    spatial_inertia_from_parameters,
-)
-from .base_parameters import (
-    BaseParameters,
-    RANK_TOLERANCE,
-    base_parameters,
-    random_states,
-)
-from .fourier import (
-    FourierTrajectory,
-    fit_fourier,
-)
-from .excitation import (
-    ExcitationPlan,
-    excitation_limits,
-    plan_excitation,
-)
-from .measurements import (
-    JointRecording,
-    MIN_SAMPLES,
-    RecordingError,
-)
-from .synthetic import (
-    SensorModel,
-    friction_effort,
-    perturbed_model,
-    synthetic_recording,
+from .pipeline import (
+    Identification,
+    identification_report,
+    identify,
+    write_identification,
 )
 from .plan_files import (
     PLAN_FORMAT,
@@ -86,17 +94,19 @@ from .preprocessing import (
     periodic_data,
     shift,
 )
-from .base_fit import (
-    BaseFit,
-    MAX_CONDITION_FIT,
-    Validation,
-    fit_base_parameters,
-    validate,
+from .regressor import (
+    JOINT_TERMS,
+    ParameterLayout,
+    body_parameters,
+    spatial_inertia_from_parameters,
 )
-from .consistency import (
-    ConsistentFit,
-    consistent_parameters,
-    pseudo_inertia,
+from .resting import (
+    END_MARGIN,
+    MAX_REST_GAP,
+    POSE_TOLERANCE,
+    RESTING_CAPACITY,
+    RestingSamples,
+    rest_poses,
 )
 from .results import (
     corrected_urdf,
@@ -105,22 +115,11 @@ from .results import (
     own_link_inertias,
     plot_validation,
 )
-from .pipeline import (
-    Identification,
-    identification_report,
-    identify,
-    write_identification,
-)
-from .bags import (
-    JOINT_STATE_TYPE,
-    JointStateBagWriter,
-    bag_folders,
-    read_joint_states,
-)
-from .optional import (
-    IDENTIFICATION_EXTRA,
-    MissingDependency,
-    require,
+from .synthetic import (
+    SensorModel,
+    friction_effort,
+    perturbed_model,
+    synthetic_recording,
 )
 
 __all__ = [

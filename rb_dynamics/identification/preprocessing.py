@@ -72,7 +72,6 @@ def align(recording: JointRecording, plan: FourierTrajectory) -> tuple[float, in
     """(start, periods): the time (s after the first stamp) where the recording's positions
     best match the plan's first period, and how many whole periods fit after it. A
     ``RecordingError`` when the recording holds no whole period matching the plan."""
-    t = recording.stamps - recording.stamps[0]
     T = plan.period
     if recording.duration < T:
         raise RecordingError(f"{recording.source}: too short: {recording.duration:.2f} s "
@@ -121,7 +120,7 @@ def periodic_data(recording: JointRecording, period: float, start: float, period
                   held_out: int = 1, harmonics: int = 20) -> PeriodicData:
     """The averaged period of ``periods`` whole periods from ``start`` (s after the first
     stamp), the last ``held_out`` kept apart for validation; positions fitted with
-    ``harmonics`` harmonics. A ``RecordingError`` with fewer than ``MIN_FIT_PERIODS`` + 
+    ``harmonics`` harmonics. A ``RecordingError`` with fewer than ``MIN_FIT_PERIODS`` +
     ``held_out`` periods."""
     if periods < MIN_FIT_PERIODS + held_out:
         raise RecordingError(

@@ -184,6 +184,7 @@ def _fit(args, say: Progress) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one subcommand; returns its exit code (argparse exits 2 on a usage error)."""
     args = _parser().parse_args(argv)
     say = Progress(args.quiet)
     from rb_dynamics.identification import IdentificationError, MissingDependency

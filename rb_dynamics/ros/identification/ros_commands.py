@@ -23,12 +23,12 @@ __all__ = ["record", "send"]
 def record(args, say: Progress) -> int:
     """Record ``args.topic`` into the bag ``args.out`` for ``args.duration`` s (or until
     SIGINT/SIGTERM) after the first message."""
-    from rb_dynamics.identification import JointStateBagWriter
-
     import rclpy
     from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
     from rclpy.serialization import serialize_message
     from sensor_msgs.msg import JointState
+
+    from rb_dynamics.identification import JointStateBagWriter
 
     if args.out.exists():
         print(f"rb_dynamics_identify record: {args.out} exists; a bag goes into a new folder")

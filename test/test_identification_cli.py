@@ -1,0 +1,160 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``rb_dynamics_identify`` end to end across processes and real DDS: the simulator plays an arm
+whose inertias, viscous and Coulomb friction differ from the URDF's; the control node (computed
+torque, the URDF's model) executes the planned excitation sent by ``send``; ``record`` writes
+the simulator's joint states into a rosbag2 with rosbags; ``fit`` identifies the arm from that
+bag. And the command's refusals of bad bags, each naming the cause and writing nothing."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from ros_harness import Session, close_all
+from std_srvs.srv import SetBool
+
+from rb_dynamics import DEFAULT_URDF
+from rb_dynamics.dynamics import gravity
+from rb_dynamics.identification import (
+    JointStateBagWriter,
+    ParameterLayout,
+    corrected_urdf,
+    own_link_inertias,
+    perturbed_model,
+    read_plan,
+)
+from rb_dynamics.model import load_model
+
+CLI = [sys.executable, "-m", "rb_dynamics.ros.identification"]
+KP = [400.0, 400.0, 400.0, 2500.0, 1e4, 4e4]  # per joint, 1/s² (as the payload tests)
+EFFORT_NOISE = 0.05
+
+
+def _run(*args: str, timeout: float = 300.0) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def _true_arm(tmp_path: Path) -> tuple[Path, object]:
+    """A URDF of the bundled arm with perturbed inertias and friction: the simulator's arm."""
+    text = Path(DEFAULT_URDF).read_text()
+    model = load_model(text)
+    true = perturbed_model(model, np.random.default_rng(28))
+    layout = ParameterLayout(model, (), ("viscous", "coulomb"))
+    welded = [I - own for I, own in zip(model.inertia, own_link_inertias(model, text))]
+    path = tmp_path / "true_arm.urdf"
+    path.write_text(corrected_urdf(text, layout, layout.parameters(true), welded))
+    return path, load_model(path.read_text())
+
+
+def test_plan_send_record_fit_on_the_simulated_arm(tmp_path):
+    plan_dir, bag, out = tmp_path / "plan", tmp_path / "bag", tmp_path / "out"
+    planned = _run("plan", "--urdf", str(DEFAULT_URDF), "--out", str(plan_dir), "--period",
+                   "2", "--harmonics", "3", "--periods", "5", "--lead-in", "1",
+                   "--time-budget", "3")
+    assert planned.returncode == 0, planned.stderr
+    assert "condition number" in planned.stdout and "plan: condition" in planned.stderr
+    true_urdf, true = _true_arm(tmp_path)
+    start = read_plan(plan_dir / "plan.json")[0].evaluate(np.zeros(1))[0][0]
+    sim = Session("rb_dynamics.ros.simulator_node", tmp_path, {
+        "urdf_path": str(true_urdf), "initial_positions": start.tolist(),
+        "publish_rate": 1000.0, "time_step": 0.001, "publish_clock": True,
+        "command_timeout": 0.2, "start_paused": True, "lockstep": True,
+        "lockstep_timeout": 5.0, "effort_noise": EFFORT_NOISE})
+    control = Session("rb_dynamics.ros.control_node", tmp_path, {
+        "urdf_path": str(DEFAULT_URDF), "mode": "computed_torque", "kp": KP,
+        "kd": [2.0 * math.sqrt(k) for k in KP], "state_timeout": 0.1, "use_sim_time": True},
+        "-r", "~/effort_commands:=/rb_simulator/commands", peer=sim.peer)
+    recorder = None
+    try:
+        pause = sim.peer.node.create_client(SetBool, "/rb_simulator/pause")
+        assert sim.peer.wait_for(pause.service_is_ready, 60.0), sim.output()
+        recorder = subprocess.Popen([*CLI, "record", "--out", str(bag), "--storage", "sqlite3"],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert sim.peer.call(pause, SetBool.Request(data=False)).success
+        sent = _run("send", str(plan_dir / "excitation.yaml"), "--action",
+                    "/rb_dynamics/follow_joint_trajectory", "--timeout", "60")
+        assert sent.returncode == 0 and "error_code 0" in sent.stdout, (
+            sent.stdout + sent.stderr + control.output()[-3000:])
+        recorder.send_signal(signal.SIGINT)
+        stdout, stderr = recorder.communicate(timeout=60)
+        assert recorder.returncode == 0, stdout + stderr
+        assert "recorded" in stdout and (bag / "metadata.yaml").exists()
+    finally:
+        if recorder is not None and recorder.poll() is None:
+            recorder.kill()
+        close_all(control, sim)
+
+    fitted = _run("fit", str(bag), "--urdf", str(DEFAULT_URDF), "--plan",
+                  str(plan_dir / "plan.json"), "--out", str(out))
+    assert fitted.returncode == 0, fitted.stdout + fitted.stderr
+    report = json.loads((out / "report.json").read_text())
+    print("\n" + fitted.stdout)
+    assert report["base_parameters"] == 58 and report["periods_fitted"] >= 3
+    assert max(report["validation"]["rms_over_sigma"]) <= 1.25
+    assert max(report["consistent"]["validation"]["rms_over_sigma"]) <= 1.25
+    identified = load_model((out / "identified.urdf").read_text())
+    q = np.random.default_rng(3).uniform(-2.0, 2.0, (2000, true.nq))
+    g_true = gravity(true, q)
+    error = np.abs(gravity(identified, q) - g_true).max() / np.abs(g_true).max()
+    urdf_error = np.abs(gravity(load_model(DEFAULT_URDF), q) - g_true).max() / np.abs(
+        g_true).max()
+    print(f"gravity error: identified {100 * error:.3f} %, URDF {100 * urdf_error:.2f} % of "
+          "max |g|")
+    assert error <= 0.01 and urdf_error >= 10 * error
+    assert (out / "overlay.yaml").exists() and (out / "validation.png").exists()
+
+
+def _bag(path: Path, names, effort=True, n=400) -> Path:
+    with JointStateBagWriter(path, storage="mcap") as writer:
+        for k in range(n):
+            writer.write(1.0 + 1e-3 * k, names, np.zeros(len(names)), np.zeros(len(names)),
+                         np.zeros(len(names)) if effort else None)
+    return path
+
+
+@pytest.fixture(scope="module")
+def plan_json(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("plan")
+    done = _run("plan", "--urdf", str(DEFAULT_URDF), "--out", str(out), "--period", "2",
+                "--harmonics", "3", "--time-budget", "1", "--quiet")
+    assert done.returncode == 0, done.stderr
+    return out / "plan.json"
+
+
+@pytest.mark.parametrize("case, expected", [
+    ("other_joints", "never published: ['shoulder_pan_joint'"),
+    ("no_effort", "carry no efforts"),
+    ("too_short", "too short"),
+    ("no_bag", "no such bag or folder"),
+])
+def test_fit_refuses_bad_bags_naming_the_cause_and_writes_nothing(tmp_path, plan_json, case,
+                                                                  expected):
+    joints = load_model(DEFAULT_URDF).actuated_joint_names
+    bag = tmp_path / "bag"
+    if case == "other_joints":
+        _bag(bag, ["gripper_joint"])
+    elif case == "no_effort":
+        _bag(bag, joints, effort=False)
+    elif case == "too_short":
+        _bag(bag, joints)
+    out = tmp_path / "out"
+    done = _run("fit", str(bag), "--urdf", str(DEFAULT_URDF), "--plan", str(plan_json),
+                "--out", str(out))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert expected in done.stderr and not out.exists()
+
+
+def test_every_subcommand_has_help_and_usage_errors_exit_2():
+    for command in ("plan", "fit", "send", "record"):
+        done = _run(command, "--help", timeout=60)
+        assert done.returncode == 0 and "usage: rb_dynamics_identify " + command in done.stdout
+    assert _run("fit", timeout=60).returncode == 2
+    env = dict(os.environ)
+    assert env  # the subcommands inherit the loopback DDS environment of this session
