@@ -85,7 +85,9 @@ def test_regressor_times_parameters_is_rnea_and_matches_pinocchio(name):
 
 
 def _independent_rank(text: str, model, joints, terms) -> int:
-    """Rank of Pinocchio's stacked regressor plus the joint columns, by SVD (columns scaled)."""
+    """Rank of Pinocchio's stacked regressor plus the joint columns, by SVD (columns scaled;
+    a column 1e-10 of the largest is a zero with rounding: Panda's link-2 m·c_z, along the
+    axis of joint 2, which no joint feels, comes out at 1e-16 and would count once scaled)."""
     pmodel = pin.buildModelFromXML(text)
     data = pmodel.createData()
     layout = ParameterLayout(model, joints or (), terms)
@@ -104,15 +106,14 @@ def _independent_rank(text: str, model, joints, terms) -> int:
         rows.append(np.hstack([Yp, joint_columns]))
     W = np.vstack(rows)
     norms = np.linalg.norm(W, axis=0)
-    s = np.linalg.svd(W[:, norms > 0] / norms[norms > 0], compute_uv=False)
+    kept = norms > 1e-10 * norms.max()  # the rest are exact zeros with rounding
+    s = np.linalg.svd(W[:, kept] / norms[kept], compute_uv=False)
     return int(np.sum(s > 1e-6 * s[0]))
 
 
 @pytest.mark.parametrize("name, counts", [
     ("ur5", (36, 40, 58)),
-    # example-robot-data's panda.urdf, its 7 arm joints moving (fingers held): 44, 49, 70 by
-    # both computations (issue 28 quotes 43, 48, 69)
-    ("panda", (44, 49, 70)),
+    ("panda", (43, 48, 69)),  # the 7 arm joints moving, the fingers held
     ("default_arm", (36, 40, 58)),
 ])
 def test_base_parameter_counts_equal_an_independent_rank(name, counts):

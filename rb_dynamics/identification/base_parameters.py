@@ -9,7 +9,8 @@ independent; each remaining column is a combination of them, W_d = W_b K (least 
 
     W θ = W_b β,   β = θ_b + K θ_d   (the base parameters: ``BaseParameters.project``).
 
-The rank r counts the diagonal entries |R_kk| ≥ ``RANK_TOLERANCE`` · |R_00|. A URDF that
+Columns below ``ZERO_COLUMN`` of the largest are zeros with rounding and count as zero. The
+rank r counts the diagonal entries |R_kk| ≥ ``RANK_TOLERANCE`` · |R_00|. A URDF that
 writes π/2 as 1.57079632679 tilts its axes by ~1e-11 rad and leaves |R_kk| near 1e-10 on
 combinations that are exactly dependent in the robot it describes; a combination that truly
 exists but has a singular value below 1e-6 of the largest could not be told from noise with any
@@ -25,9 +26,12 @@ import scipy.linalg
 
 from .regressor import ParameterLayout
 
-__all__ = ["RANK_TOLERANCE", "BaseParameters", "base_parameters", "random_states"]
+__all__ = ["RANK_TOLERANCE", "ZERO_COLUMN", "BaseParameters", "base_parameters", "random_states"]
 
 RANK_TOLERANCE = 1e-6  # relative to the largest |R_kk| of the column-scaled regressor
+# A column this small relative to the largest is rounding of an exact zero (a body's m·c along
+# an axis through its joint, say): scaled to unit norm it would pass for a direction
+ZERO_COLUMN = 1e-10
 
 
 def random_states(layout: ParameterLayout, n: int, rng: np.random.Generator
@@ -105,6 +109,8 @@ def base_parameters(layout: ParameterLayout, *, seed: int = 0,
     n = max(60, int(np.ceil(4 * layout.n_parameters / layout.n_joints)))
     W = layout.regressor(*random_states(layout, n, rng)).reshape(-1, layout.n_parameters)
     norms = np.linalg.norm(W, axis=0)
+    norms[norms <= ZERO_COLUMN * norms.max()] = 0.0
+    W[:, norms == 0] = 0.0
     scaled = W / np.where(norms > 0, norms, 1.0)
     _, R, pivot = scipy.linalg.qr(scaled, mode="economic", pivoting=True)
     diag = np.abs(np.diag(R))
