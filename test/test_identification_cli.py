@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import signal
 import subprocess
 import sys
@@ -31,6 +30,7 @@ from rb_dynamics.identification import (
     read_plan,
 )
 from rb_dynamics.model import load_model
+from rb_dynamics.ros.identification import main
 
 CLI = [sys.executable, "-m", "rb_dynamics.ros.identification"]
 KP = [400.0, 400.0, 400.0, 2500.0, 1e4, 4e4]  # per joint, 1/s² (as the payload tests)
@@ -54,6 +54,8 @@ def _true_arm(tmp_path: Path) -> tuple[Path, object]:
 
 
 def test_plan_send_record_fit_on_the_simulated_arm(tmp_path):
+    pytest.importorskip("control_msgs.action", reason="control_msgs (../shared/vendor) is not "
+                        "installed: no FollowJointTrajectory action to send the plan to")
     plan_dir, bag, out = tmp_path / "plan", tmp_path / "bag", tmp_path / "out"
     planned = _run("plan", "--urdf", str(DEFAULT_URDF), "--out", str(plan_dir), "--period",
                    "2", "--harmonics", "3", "--periods", "5", "--lead-in", "1",
@@ -122,9 +124,8 @@ def _bag(path: Path, names, effort=True, n=400) -> Path:
 @pytest.fixture(scope="module")
 def plan_json(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("plan")
-    done = _run("plan", "--urdf", str(DEFAULT_URDF), "--out", str(out), "--period", "2",
-                "--harmonics", "3", "--time-budget", "1", "--quiet")
-    assert done.returncode == 0, done.stderr
+    assert main(["plan", "--urdf", str(DEFAULT_URDF), "--out", str(out), "--period", "2",
+                 "--harmonics", "3", "--time-budget", "1", "--quiet"]) == 0
     return out / "plan.json"
 
 
@@ -135,7 +136,8 @@ def plan_json(tmp_path_factory) -> Path:
     ("no_bag", "no such bag or folder"),
 ])
 def test_fit_refuses_bad_bags_naming_the_cause_and_writes_nothing(tmp_path, plan_json, case,
-                                                                  expected):
+                                                                  expected, capsys):
+    """The command itself (its main, in this process): exit code 1, the cause on stderr."""
     joints = load_model(DEFAULT_URDF).actuated_joint_names
     bag = tmp_path / "bag"
     if case == "other_joints":
@@ -145,16 +147,21 @@ def test_fit_refuses_bad_bags_naming_the_cause_and_writes_nothing(tmp_path, plan
     elif case == "too_short":
         _bag(bag, joints)
     out = tmp_path / "out"
-    done = _run("fit", str(bag), "--urdf", str(DEFAULT_URDF), "--plan", str(plan_json),
-                "--out", str(out))
-    assert done.returncode == 1, done.stdout + done.stderr
-    assert expected in done.stderr and not out.exists()
+    code = main(["fit", str(bag), "--urdf", str(DEFAULT_URDF), "--plan", str(plan_json),
+                 "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 1 and expected in err and not out.exists(), err
 
 
-def test_every_subcommand_has_help_and_usage_errors_exit_2():
+def test_every_subcommand_has_help_and_usage_errors_exit_2(capsys):
     for command in ("plan", "fit", "send", "record"):
-        done = _run(command, "--help", timeout=60)
-        assert done.returncode == 0 and "usage: rb_dynamics_identify " + command in done.stdout
-    assert _run("fit", timeout=60).returncode == 2
-    env = dict(os.environ)
-    assert env  # the subcommands inherit the loopback DDS environment of this session
+        with pytest.raises(SystemExit) as done:
+            main([command, "--help"])
+        assert done.value.code == 0
+        assert "usage: rb_dynamics_identify " + command in capsys.readouterr().out
+    with pytest.raises(SystemExit) as done:
+        main(["fit"])
+    assert done.value.code == 2
+    # the console script's module runs as a program too
+    ran = _run("--help", timeout=120)
+    assert ran.returncode == 0 and "Exit codes: 0 ok, 1 bad input" in ran.stdout

@@ -92,7 +92,6 @@ from .preprocessing import (
     align,
     low_pass,
     periodic_data,
-    shift,
 )
 from .regressor import (
     JOINT_TERMS,
@@ -188,7 +187,6 @@ __all__ = [
     "read_plan",
     "require",
     "rest_poses",
-    "shift",
     "spatial_inertia_from_parameters",
     "suggest_identification_poses",
     "synthetic_recording",

@@ -26,7 +26,7 @@ import scipy.optimize
 
 from .base_parameters import BaseParameters
 from .payload import IdentificationError
-from .preprocessing import PeriodicData, low_pass, shift
+from .preprocessing import PeriodicData, low_pass
 
 __all__ = ["MAX_CONDITION_FIT", "BaseFit", "Validation", "fit_base_parameters", "validate"]
 
@@ -82,10 +82,13 @@ def fit_base_parameters(base: BaseParameters, data: PeriodicData, *, cutoff: flo
     base parameters (the least-determined combination named)."""
     say = progress or (lambda _: None)
     rate = data.rate
-    step = max(1, int(rate / (4.0 * cutoff)))
-    say(f"fit: base regressor at {len(data.phase)} phases")
-    Yb = base_regressor(base, data.q, data.qd, data.qdd)
-    Yf = low_pass(Yb, cutoff, rate)[::step]
+    # the regressor at every other phase (its content above a quarter of the rate is below
+    # rounding), the efforts at every phase; both cut at ``cutoff`` and sampled at 8× it
+    half = 2 if len(data.phase) % 2 == 0 else 1
+    step = max(1, int(rate / half / (8.0 * cutoff)))
+    say(f"fit: base regressor at {len(data.phase) // half} phases")
+    Yb = base_regressor(base, data.q[::half], data.qd[::half], data.qdd[::half])
+    Yf = low_pass(Yb, cutoff, rate / half, step)
     weight = 1.0 / np.maximum(data.noise, 1e-9)
     A = (Yf * weight[None, :, None]).reshape(-1, base.count)
     norms = np.linalg.norm(A, axis=0)
@@ -93,7 +96,7 @@ def fit_base_parameters(base: BaseParameters, data: PeriodicData, *, cutoff: flo
     Q, R = np.linalg.qr(A)
 
     def target(d: float) -> np.ndarray:
-        y = low_pass(shift(data.effort, d, rate), cutoff, rate)[::step]
+        y = low_pass(data.effort, cutoff, rate, half * step, delay=d)
         return (y * weight).ravel()
 
     def cost(d: float) -> float:
@@ -144,17 +147,26 @@ def _check_excitation(base: BaseParameters, A: np.ndarray, norms: np.ndarray) ->
             "(rb_dynamics_identify plan) or one that moves these joints more")
 
 
-def validate(fit: BaseFit, data: PeriodicData, beta: np.ndarray | None = None) -> Validation:
-    """Effort RMS per joint of ``beta`` (default the fit's) on ``data``'s held-out periods:
-    each recorded effort sample against the prediction at the motion ``delay`` earlier (the
-    held-out period's own Fourier fit)."""
-    beta = fit.beta if beta is None else beta
-    squares = []
-    first = None
+def validate(fit: BaseFit, data: PeriodicData, betas: list[np.ndarray] | None = None,
+             every: int = 2) -> list[Validation]:
+    """Effort RMS per joint of each of ``betas`` (default the fit's) on ``data``'s held-out
+    periods: every ``every``-th recorded effort sample against the prediction at the motion
+    ``delay`` earlier (the held-out period's own Fourier fit)."""
+    betas = [fit.beta] if betas is None else betas
+    squares: list[list[np.ndarray]] = [[] for _ in betas]
+    first = []
     for phase, measured, motion in data.held_out:
-        predicted = base_regressor(fit.base, *motion.evaluate(phase - fit.delay)) @ beta
-        squares.append((measured - predicted) ** 2)
-        if first is None:
-            first = (phase, measured, predicted)
-    rms = np.sqrt(np.mean(np.concatenate(squares), axis=0))
-    return Validation(rms, rms / np.maximum(fit.noise, 1e-12), first[1], first[2], first[0])
+        phase, measured = phase[::every], measured[::every]
+        Yb = base_regressor(fit.base, *motion.evaluate(phase - fit.delay))
+        for k, beta in enumerate(betas):
+            predicted = Yb @ beta
+            squares[k].append((measured - predicted) ** 2)
+            if len(first) < len(betas):
+                first.append((phase, measured, predicted))
+    out = []
+    for k in range(len(betas)):
+        rms = np.sqrt(np.mean(np.concatenate(squares[k]), axis=0))
+        phase, measured, predicted = first[k]
+        out.append(Validation(rms, rms / np.maximum(fit.noise, 1e-12), measured, predicted,
+                              phase))
+    return out

@@ -134,7 +134,8 @@ class _Search:
         tau = Y @ self.theta
         excess = np.abs(tau).max(axis=0) / self.limits.effort - 1.0
         penalty = 10.0 * float(np.sum(np.maximum(excess, 0.0) ** 2))
-        return math.log(column_scaled_condition(self.base, Y)) + penalty
+        condition = column_scaled_condition(self.base, Y)  # inf: a column never excited
+        return (math.log(condition) if math.isfinite(condition) else 700.0) + penalty
 
 
 def column_scaled_condition(base: BaseParameters, Y: np.ndarray) -> float:

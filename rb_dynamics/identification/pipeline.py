@@ -91,7 +91,6 @@ def identify(urdf_text: str, recording: JointRecording, plan: FourierTrajectory,
         "noise σ " + ", ".join(f"{s:.3g}" for s in data.noise))
     fit = fit_base_parameters(base, data, cutoff=cutoff, delay=delay, progress=say)
     say(f"fit: delay {fit.delay * 1e3:.2f} ms, condition {fit.condition:.1f}")
-    validation = validate(fit, data)
     own = own_link_inertias(model, urdf_text)
     welded = [I - o for I, o in zip(model.inertia, own)]
     cfit = cval = None
@@ -100,8 +99,10 @@ def identify(urdf_text: str, recording: JointRecording, plan: FourierTrajectory,
         say("consistent parameters: semidefinite program")
         cfit = consistent_parameters(
             fit, [pseudo_inertia(body_parameters(w)) for w in welded])
-        cval = validate(fit, data, cfit.beta)
         theta = cfit.theta
+    say("validation on the held-out period(s)")
+    validation, *rest = validate(fit, data, [fit.beta] + ([cfit.beta] if cfit else []))
+    cval = rest[0] if rest else None
     return Identification(urdf_text, layout, base, data, fit, validation, cfit, cval,
                           identified_model(layout, theta), welded, time.monotonic() - t0)
 

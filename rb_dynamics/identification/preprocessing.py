@@ -8,9 +8,9 @@
    after dropping outliers (further than ``OUTLIER_SIGMAS`` robust deviations from the
    median of the periods), the noise σ per joint estimated from their spread; positions
    fitted by a Fourier series, whose derivatives give velocities and accelerations;
-3. ``low_pass``: a zero-phase Butterworth filter on periodic data (the signal wrapped around),
-   applied alike to efforts and regressor columns, so it removes noise and biases nothing;
-4. ``shift``: a periodic signal moved in time by a phase shift (the effort's delay).
+3. ``low_pass``: the ideal low-pass of periodic data (its Fourier series cut at a frequency:
+   zero phase, no edges), applied alike to efforts and regressor columns, so it removes noise
+   and biases nothing; the same cut moves the efforts by the delay (a phase shift).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.signal
 
 from .fourier import FourierTrajectory, fit_fourier
 from .measurements import JointRecording, RecordingError
@@ -30,7 +29,6 @@ __all__ = [
     "align",
     "low_pass",
     "periodic_data",
-    "shift",
 ]
 
 OUTLIER_SIGMAS = 5.0
@@ -158,23 +156,15 @@ def periodic_data(recording: JointRecording, period: float, start: float, period
                         int((~keep).sum()), start)
 
 
-def low_pass(x: np.ndarray, cutoff: float, rate: float, order: int = 4) -> np.ndarray:
-    """``x`` (M, …), one period sampled at ``rate`` Hz, filtered forwards and backwards by a
-    Butterworth low-pass at ``cutoff`` Hz with the period wrapped around (zero phase, no
-    edges)."""
-    if cutoff >= 0.5 * rate:
-        return x
-    b, a = scipy.signal.butter(order, cutoff / (0.5 * rate))
-    M = x.shape[0]
-    wrapped = np.concatenate([x, x, x], axis=0)
-    return scipy.signal.filtfilt(b, a, wrapped, axis=0)[M:2 * M]
-
-
-def shift(x: np.ndarray, delay: float, rate: float) -> np.ndarray:
-    """x(t + delay) of periodic samples ``x`` (M, …) at ``rate`` Hz (band-limited)."""
-    if delay == 0.0:
-        return x
+def low_pass(x: np.ndarray, cutoff: float, rate: float, every: int = 1,
+             delay: float = 0.0) -> np.ndarray:
+    """``x`` (M, …), one period sampled at ``rate`` Hz, with every frequency above ``cutoff``
+    Hz removed (the periodic ideal low-pass: zero phase, no edges), moved ``delay`` s earlier
+    (x(t + delay)), and sampled every ``every``-th sample."""
     M = x.shape[0]
     f = np.fft.rfftfreq(M, 1.0 / rate)
-    phase = np.exp(2j * np.pi * f * delay).reshape((-1,) + (1,) * (x.ndim - 1))
-    return np.fft.irfft(np.fft.rfft(x, axis=0) * phase, n=M, axis=0)
+    gain = (f <= cutoff).astype(complex)
+    if delay:
+        gain = gain * np.exp(2j * np.pi * f * delay)
+    spectrum = np.fft.rfft(x, axis=0) * gain.reshape((-1,) + (1,) * (x.ndim - 1))
+    return np.fft.irfft(spectrum, n=M, axis=0)[::every]

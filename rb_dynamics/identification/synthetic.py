@@ -53,7 +53,7 @@ def perturbed_model(model: Model, rng: np.random.Generator, spread: float = 0.3,
     """``model`` with each body's inertial parameters perturbed (mass by up to ±spread, the
     mass distribution deformed by up to ±spread/2 per axis and shifted by up to spread/3 of
     its size), and on ``joints`` (default all 1-DoF joints) armature 0.05–0.2 % of the effort
-    limit (kg·m² per N·m), viscous 0.5–2 %, Coulomb 1–4 %, offset ±1 % (Stribeck 50–150 % of
+    limit (kg·m² per N·m), viscous 0.5–2 %, Coulomb 1–4 %, offset ±1 % (Stribeck 20–50 % of
     Coulomb at 0.02–0.1 rad/s when ``stribeck``); limits without a bound count as 100."""
     inertia = []
     for I in model.inertia:
@@ -81,7 +81,7 @@ def perturbed_model(model: Model, rng: np.random.Generator, spread: float = 0.3,
     fields["friction"][vi] = rng.uniform(0.01, 0.04, k) * limit
     fields["effort_offset"][vi] = rng.uniform(-0.01, 0.01, k) * limit
     if stribeck:
-        fields["stribeck_friction"][vi] = rng.uniform(0.5, 1.5, k) * fields["friction"][vi]
+        fields["stribeck_friction"][vi] = rng.uniform(0.2, 0.5, k) * fields["friction"][vi]
         fields["stribeck_velocity"][vi] = rng.uniform(0.02, 0.1, k)
     return dataclasses.replace(model, inertia=inertia, **fields)
 
