@@ -87,9 +87,12 @@ from .plan_files import (
     write_plan,
 )
 from .preprocessing import (
+    LOCAL_WINDOW,
     OUTLIER_SIGMAS,
+    LocalMotion,
     PeriodicData,
     align,
+    local_motion,
     low_pass,
     periodic_data,
 )
@@ -137,6 +140,8 @@ __all__ = [
     "JOINT_TERMS",
     "JointRecording",
     "JointStateBagWriter",
+    "LOCAL_WINDOW",
+    "LocalMotion",
     "MAX_CONDITION",
     "MAX_CONDITION_FIT",
     "MAX_IDENTIFICATION_POSES",
@@ -174,6 +179,7 @@ __all__ = [
     "identify",
     "identify_payload",
     "identify_payload_inertia",
+    "local_motion",
     "low_pass",
     "own_link_inertias",
     "periodic_data",

@@ -50,8 +50,9 @@ def bag_folders(path: str | Path) -> list[Path]:
 def read_joint_states(path: str | Path, joints: Sequence[str],
                       topic: str = "/joint_states") -> JointRecording:
     """The recording of ``joints`` on ``topic`` in the bag(s) at ``path``, ordered by header
-    stamp. ``RecordingError`` naming the cause: no such topic, joints never published, no
-    efforts, NaN, stamps that go back or repeat, too few states."""
+    stamp; a message repeating the previous one (same stamp and positions) counts once.
+    ``RecordingError`` naming the cause: no such topic, joints never published, no efforts,
+    NaN, stamps that go back or repeat with other positions, too few states."""
     store = _typestore()
     from rosbags.highlevel import AnyReader
 
@@ -100,9 +101,16 @@ def read_joint_states(path: str | Path, joints: Sequence[str],
                              "carry no efforts (the driver must publish effort)")
     if any(p is None for p in positions):
         raise RecordingError(f"{source}: joint states on {topic} without positions")
+    stamps, positions, efforts = np.array(stamps), np.array(positions), np.array(efforts)
     velocity = None if no_velocity else np.array(velocities)
-    return JointRecording.checked(joints, np.array(stamps), np.array(positions),
-                                  np.array(efforts), velocity, source=source)
+    # a state published again (a driver or a lock-step simulator repeating its last state
+    # while it waits, its effort sensor read anew) is one sample, the first; a repeated stamp
+    # with other positions stays, and is refused
+    repeat = np.r_[False, (np.diff(stamps) == 0)
+                   & np.all(positions[1:] == positions[:-1], axis=1)]
+    keep = ~repeat
+    return JointRecording.checked(joints, stamps[keep], positions[keep], efforts[keep],
+                                  None if velocity is None else velocity[keep], source=source)
 
 
 def _pick(values, order: list[int], n: int) -> np.ndarray | None:

@@ -151,7 +151,7 @@ def validate(fit: BaseFit, data: PeriodicData, betas: list[np.ndarray] | None = 
              every: int = 2) -> list[Validation]:
     """Effort RMS per joint of each of ``betas`` (default the fit's) on ``data``'s held-out
     periods: every ``every``-th recorded effort sample against the prediction at the motion
-    ``delay`` earlier (the held-out period's own Fourier fit)."""
+    ``delay`` earlier (derived locally from the held-out period's positions)."""
     betas = [fit.beta] if betas is None else betas
     squares: list[list[np.ndarray]] = [[] for _ in betas]
     first = []

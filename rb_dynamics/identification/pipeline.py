@@ -86,7 +86,8 @@ def identify(urdf_text: str, recording: JointRecording, plan: FourierTrajectory,
     say(f"base parameters: {base.count}")
     start, periods = align(recording, plan)
     say(f"excitation found at {start:.3f} s: {periods} whole periods of {plan.period:g} s")
-    data = periodic_data(recording, plan.period, start, periods, held_out=held_out)
+    data = periodic_data(recording, plan.period, start, periods, held_out=held_out,
+                         bandwidth=cutoff)
     say(f"averaged {data.periods} periods ({data.outliers} outlying samples dropped); "
         "noise σ " + ", ".join(f"{s:.3g}" for s in data.noise))
     fit = fit_base_parameters(base, data, cutoff=cutoff, delay=delay, progress=say)

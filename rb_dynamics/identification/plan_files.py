@@ -5,7 +5,7 @@
   YAML that ``ros2 action send_goal`` takes): a point at ``lead_in`` s at the trajectory's start
   at rest (the controller gets there from wherever the arm is), then ``periods`` periods sampled
   every ``step`` s with positions, velocities and accelerations (quintic segments between
-  them reproduce the series), ending at rest where it started;
+  them reproduce the series), then a second at rest where it started;
 - ``write_plan`` / ``read_plan``: ``plan.json``: the Fourier coefficients, the lead-in and
   period count, and the report (condition number, peak efforts against their limits);
   ``rb_dynamics_identify fit`` reads it to find the excitation in a recording.
@@ -32,8 +32,10 @@ def _duration(seconds: float) -> dict:
 
 
 def excitation_goal(trajectory: FourierTrajectory, periods: int, lead_in: float = 5.0,
-                    step: float = 0.05) -> dict:
-    """The FollowJointTrajectory goal (plain data) of ``periods`` periods after ``lead_in``."""
+                    step: float = 0.05, hold: float = 1.0) -> dict:
+    """The FollowJointTrajectory goal (plain data) of ``periods`` periods after ``lead_in``,
+    then ``hold`` s at rest where it started (the last period ends inside the goal, before a
+    controller's end-of-goal behaviour)."""
     n_steps = int(round(periods * trajectory.period / step))
     t = np.arange(n_steps + 1) * step
     q, qd, qdd = trajectory.evaluate(t)
@@ -41,6 +43,8 @@ def excitation_goal(trajectory: FourierTrajectory, periods: int, lead_in: float 
     points = [{"positions": _round(q[k]), "velocities": _round(qd[k]),
                "accelerations": _round(qdd[k]), "time_from_start": _duration(lead_in + t[k])}
               for k in range(len(t))]
+    if hold > 0:
+        points.append(dict(points[-1], time_from_start=_duration(lead_in + t[-1] + hold)))
     return {"trajectory": {"joint_names": list(trajectory.joints), "points": points}}
 
 

@@ -19,20 +19,54 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.signal
 
 from .fourier import FourierTrajectory, fit_fourier
 from .measurements import JointRecording, RecordingError
 
 __all__ = [
+    "LOCAL_WINDOW",
     "OUTLIER_SIGMAS",
+    "LocalMotion",
     "PeriodicData",
     "align",
     "low_pass",
+    "local_motion",
     "periodic_data",
 ]
 
 OUTLIER_SIGMAS = 5.0
+LOCAL_WINDOW = 0.05  # s: the Savitzky–Golay window of the held-out periods' derivatives
 MIN_FIT_PERIODS = 2  # the noise comes from their spread
+
+
+@dataclass(frozen=True, eq=False)
+class LocalMotion:
+    """Positions, velocities and accelerations on a uniform grid ``t`` (s), derived locally
+    (Savitzky–Golay: a cubic over ``LOCAL_WINDOW`` s) from the recorded positions; ``evaluate``
+    interpolates them, as ``FourierTrajectory.evaluate`` does for periodic motion."""
+
+    t: np.ndarray
+    q: np.ndarray
+    qd: np.ndarray
+    qdd: np.ndarray
+
+    def evaluate(self, t) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        t = np.asarray(t, dtype=float)
+        return tuple(np.column_stack([np.interp(t, self.t, x[:, j]) for j in range(x.shape[1])])
+                     for x in (self.q, self.qd, self.qdd))
+
+
+def local_motion(recording: JointRecording, t0: float, t1: float) -> LocalMotion:
+    """``LocalMotion`` from ``t0`` to ``t1`` (s after the first stamp), times from ``t0``."""
+    rate = recording.rate
+    window = 2 * int(LOCAL_WINDOW * rate / 2) + 1
+    margin = window / rate
+    t = np.arange(t0 - margin, t1 + margin, 1.0 / rate)
+    q = _resample(recording, t, recording.position)[0]
+    derive = [scipy.signal.savgol_filter(q, window, 3, deriv=d, delta=1.0 / rate, axis=0)
+              for d in (0, 1, 2)]
+    return LocalMotion(t - t0, *derive)
 
 
 @dataclass(frozen=True, eq=False)
@@ -42,8 +76,9 @@ class PeriodicData:
     ``phase`` (M,) s from the period's start; ``q``, ``qd``, ``qdd`` (M, n) the averaged
     motion (Fourier fit: analytic derivatives); ``effort`` (M, n) averaged; ``noise`` (n,)
     σ of one recorded sample's effort; ``periods`` fitted; ``held_out``: per held-out period,
-    its recorded samples (phase (N_k,) s, efforts (N_k, n)) and its own motion (a Fourier fit
-    of its positions); ``outliers``: samples dropped from the average.
+    its recorded samples (phase (N_k,) s, efforts (N_k, n)) and its own motion
+    (``LocalMotion``: nothing assumed periodic there); ``outliers``: samples dropped from the
+    average.
     """
 
     phase: np.ndarray
@@ -53,7 +88,7 @@ class PeriodicData:
     effort: np.ndarray
     noise: np.ndarray
     periods: int
-    held_out: list[tuple[np.ndarray, np.ndarray, FourierTrajectory]]
+    held_out: list[tuple[np.ndarray, np.ndarray, LocalMotion]]
     outliers: int
     start: float  # s after the recording's first stamp
 
@@ -115,17 +150,22 @@ def _resample(recording: JointRecording, times: np.ndarray, values: np.ndarray
 
 
 def periodic_data(recording: JointRecording, period: float, start: float, periods: int, *,
-                  held_out: int = 1, harmonics: int = 20) -> PeriodicData:
+                  held_out: int = 1, bandwidth: float = 10.0, settle: int = 1) -> PeriodicData:
     """The averaged period of ``periods`` whole periods from ``start`` (s after the first
-    stamp), the last ``held_out`` kept apart for validation; positions fitted with
-    ``harmonics`` harmonics. A ``RecordingError`` with fewer than ``MIN_FIT_PERIODS`` +
-    ``held_out`` periods."""
+    stamp), the last ``held_out`` kept apart for validation; positions fitted with the
+    harmonics up to ``bandwidth`` Hz (at least 20), the band the fit's efforts keep. The first
+    ``settle`` periods are skipped when there are enough (an arm under feedback enters the
+    periodic motion with a transient). A ``RecordingError`` with fewer than
+    ``MIN_FIT_PERIODS`` + ``held_out`` periods."""
     if periods < MIN_FIT_PERIODS + held_out:
         raise RecordingError(
             f"{recording.source}: too short: {periods} whole period(s) of {period:g} s of the "
             f"excitation; a fit needs at least {MIN_FIT_PERIODS + held_out} "
             f"({MIN_FIT_PERIODS} to average and estimate the noise, {held_out} to validate)")
+    skip = settle if periods >= MIN_FIT_PERIODS + held_out + settle else 0
+    start, periods = start + skip * period, periods - skip
     M = int(round(period * recording.rate))
+    harmonics = max(20, int(np.ceil(bandwidth * period)))
     phase = np.arange(M) * (period / M)
     segments_q = np.stack([_resample(recording, start + k * period + phase,
                                      recording.position)[0] for k in range(periods)])
@@ -151,7 +191,7 @@ def periodic_data(recording: JointRecording, period: float, start: float, period
     for k in range(periods - held_out, periods):
         inside = (t >= start + k * period) & (t < start + (k + 1) * period)
         held.append((t[inside] - start - k * period, recording.effort[inside],
-                     fit_fourier(phase, segments_q[k], period, harmonics)))
+                     local_motion(recording, start + k * period, start + (k + 1) * period)))
     return PeriodicData(phase, *motion, effort, noise, periods - held_out, held,
                         int((~keep).sum()), start)
 
