@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The acceptance figures of the whole-arm identification (issue 28), over several seeds.
+"""The acceptance figures of the whole-arm identification, over several seeds.
 
 For each robot (the bundled arm, example-robot-data's Panda with its 7 arm joints):
 

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Learning a robot's dynamics from data.
 
-- the whole robot (issue: identify the real arm): ``regressor`` (τ = Y θ: inertial parameters
+- the whole robot: ``regressor`` (τ = Y θ: inertial parameters
   of every body, armature, friction, effort offsets), ``base_parameters`` (the combinations
   efforts determine), ``fourier`` and ``excitation`` (the planned periodic motion),
   ``measurements`` and ``bags`` (joint states recorded, read from rosbag2 without ROS),

@@ -5,9 +5,10 @@
    its first period), and how many whole periods follow;
 2. ``periodic_data``: each period resampled on one grid of phases; the periods split into
    those fitted and those held out for validation; the fitted ones averaged phase by phase
-   after dropping outliers (further than ``OUTLIER_SIGMAS`` robust deviations from the
-   median of the periods), the noise σ per joint estimated from their spread; positions
-   fitted by a Fourier series, whose derivatives give velocities and accelerations;
+   after dropping outliers (further than ``OUTLIER_SIGMAS`` noise σ from the median of the
+   periods, σ robust and local in phase), the noise σ per joint estimated from their
+   spread; positions fitted by a Fourier series, whose derivatives give velocities and
+   accelerations;
 3. ``low_pass``: the ideal low-pass of periodic data (its Fourier series cut at a frequency:
    zero phase, no edges), applied alike to efforts and regressor columns, so it removes noise
    and biases nothing; the same cut moves the efforts by the delay (a phase shift).
@@ -19,6 +20,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.ndimage
 import scipy.signal
 
 from .fourier import FourierTrajectory, fit_fourier
@@ -37,6 +39,7 @@ __all__ = [
 
 OUTLIER_SIGMAS = 5.0
 LOCAL_WINDOW = 0.05  # s: the Savitzky–Golay window of the held-out periods' derivatives
+SCALE_WINDOW = 0.2  # s of phases over which the noise scale of the outlier test is averaged
 MIN_FIT_PERIODS = 2  # the noise comes from their spread
 
 
@@ -176,9 +179,7 @@ def periodic_data(recording: JointRecording, period: float, start: float, period
     fit_q, fit_e = segments_q[:periods - held_out], segments_e[:periods - held_out]
     median = np.median(fit_e, axis=0)
     deviation = fit_e - median
-    robust = 1.4826 * np.median(np.abs(deviation), axis=(0, 1))  # per joint
-    keep = np.abs(deviation) <= OUTLIER_SIGMAS * np.maximum(robust, 1e-12) * np.sqrt(
-        len(fit_e) / max(len(fit_e) - 1, 1))
+    keep = np.abs(deviation) <= OUTLIER_SIGMAS * _local_scale(deviation, recording.rate)
     count = keep.sum(axis=0)
     effort = np.where(count > 0, (fit_e * keep).sum(axis=0) / np.maximum(count, 1), median)
     residual = np.where(keep, fit_e - effort, 0.0)
@@ -194,6 +195,19 @@ def periodic_data(recording: JointRecording, period: float, start: float, period
                      local_motion(recording, start + k * period, start + (k + 1) * period)))
     return PeriodicData(phase, *motion, effort, noise, periods - held_out, held,
                         int((~keep).sum()), start)
+
+
+def _local_scale(deviation: np.ndarray, rate: float) -> np.ndarray:
+    """The noise σ of each phase (M, n), from the periods' deviations from their median
+    (P, M, n): a robust σ per joint caps each squared deviation at 3 of it (outliers weigh no
+    more than that), and the capped squares are averaged over the periods and ``SCALE_WINDOW``
+    s of phases (noise that grows with the effort: a scale of its own at each phase)."""
+    P = len(deviation)
+    robust = 1.4826 * np.median(np.abs(deviation), axis=(0, 1))
+    capped = np.minimum(deviation ** 2, (3.0 * robust) ** 2).mean(axis=0) * P / max(P - 1, 1)
+    size = min(2 * int(SCALE_WINDOW * rate / 2) + 1, len(capped))
+    local = scipy.ndimage.uniform_filter1d(capped, size, axis=0, mode="wrap")
+    return np.maximum(np.sqrt(local), 1e-12)
 
 
 def low_pass(x: np.ndarray, cutoff: float, rate: float, every: int = 1,
