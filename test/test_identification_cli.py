@@ -182,3 +182,23 @@ def test_ros2_run_finds_the_command():
     done = ros_tools.ros2("run", "rb_dynamics", "rb_dynamics_identify", "plan", "--help",
                           prefix=prefix)
     assert done.returncode == 0 and "usage: rb_dynamics_identify plan" in done.stdout, done
+
+
+def test_a_folder_of_bags_reads_as_one_recording_by_joint_name(tmp_path):
+    """Two bags (MCAP, SQLite3) in a folder, the joints listed in different orders and with a
+    gripper joint between them: one recording, by name, at the header stamps."""
+    from rb_dynamics.identification import read_joint_states
+
+    joints = ["a", "b"]
+    stamps = 5.0 + 1e-3 * np.arange(300)
+    q = np.column_stack([np.sin(stamps), np.cos(stamps)])
+    with JointStateBagWriter(tmp_path / "run" / "part1", storage="mcap") as writer:
+        for k in range(150):
+            writer.write(stamps[k], ["a", "gripper", "b"], [q[k, 0], 0.0, q[k, 1]],
+                         [0.0] * 3, [q[k, 1], 9.0, q[k, 0]])
+    with JointStateBagWriter(tmp_path / "run" / "part2", storage="sqlite3") as writer:
+        for k in range(150, 300):
+            writer.write(stamps[k], ["b", "a"], q[k, ::-1], [0.0] * 2, q[k])
+    rec = read_joint_states(tmp_path / "run", joints)
+    assert np.allclose(rec.stamps, stamps, atol=1e-9) and np.array_equal(rec.position, q)
+    assert np.array_equal(rec.effort, q[:, ::-1])  # effort of a = cos, of b = sin, in both
