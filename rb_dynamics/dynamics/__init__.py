@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Rigid-body dynamics of a ``Model``: the reference algorithms (Featherstone's RNEA, CRBA,
 ABA and friends), the one ``Dynamics`` interface and its implementations (reference,
-generated Python and C kernels), payload terms and constraints.
+generated Python and C kernels), joint friction, payload terms and constraints.
 
 Imports only ``rb_dynamics.model``.
 """
@@ -26,6 +26,7 @@ from .constraints import (
     solve_constrained,
     udwadia_kalaba,
 )
+from .friction import friction_effort, friction_slope, has_friction
 from .implementations import (
     KERNEL_CHOICES,
     KERNEL_METHODS,
@@ -117,8 +118,11 @@ __all__ = [
     "crba",
     "default_payload_link",
     "forward_dynamics_crba",
+    "friction_effort",
+    "friction_slope",
     "generate_kernels",
     "gravity",
+    "has_friction",
     "kernels_choice",
     "kinetic_energy",
     "link_acceleration",

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 from .codegen_ir import KernelIR
 
-ABI = 1  # the per-model library ABI; equals RB_KERNEL_ABI in _ckernels.c
+# the per-model library ABI and the trampoline's (its rollout arguments); equals RB_KERNEL_ABI in
+# _ckernels.c, so that an extension built from an older _ckernels.c is not used
+ABI = 2
 
 
 def emit_c(ir: KernelIR) -> str:

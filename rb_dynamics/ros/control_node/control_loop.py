@@ -20,6 +20,11 @@ usable joint state for ``state_timeout`` while commanding) it publishes one last
 that message decides what the arm does (docs/trajectory_controller.md, "What the arm is left
 with").
 
+The active gains are checked at the period the states come at (``stability``, a
+``StabilityGuard``: after the first states, when the gains, mode or controller change, and when
+the period drifts): gains that make the sampled loop unstable are not commanded with; the stop
+command goes out once and the reason stays on the log and /diagnostics until they change.
+
 The other parts of the node talk to the loop through its methods: ``install`` a controller,
 ``start_publishing``/``stop_publishing``, ``set_max_rate``, ``reference_changed``/
 ``holding_on_purpose`` (whether "no reference yet" is to be logged), and four listeners
@@ -55,7 +60,7 @@ from rb_dynamics.control import (
     holding_effort,
     restart_trajectory,
 )
-from rb_dynamics.control.stability import DEFAULT_STATE_PERIOD
+from rb_dynamics.control.stability import StabilityGuard
 from rb_dynamics.ros.conversions import to_seconds
 from rb_dynamics.ros.diagnostics import Statistics, Totals
 from rb_dynamics.ros.runtime import SpinThread, ThrottledLogger, take_queued
@@ -89,7 +94,8 @@ class ControlLoop:
         self._controller: JointController | None = None
         self._publishing = False  # False: states are taken and counted, nothing is published
         self._min_period = 0.0  # s between commands (max_publish_rate); 0: one per state
-        self._mean_period = 0.0  # s between commands, a running mean (0: none measured)
+        # the active gains checked at the measured state period (start-up, mode, drift)
+        self.stability = StabilityGuard()
         self.stats, self.totals = Statistics(), Totals()  # written on the loop thread
         self._ages = np.zeros(AGE_SLOTS)
         self._last_publish = -np.inf
@@ -131,6 +137,7 @@ class ControlLoop:
         """Answer the states with ``controller`` from the next one on. Call under ``lock``."""
         self._controller = controller
         self._hold_reported = False
+        self.stability.recheck()
 
     def start_publishing(self) -> None:
         """Publish efforts from the next state on; the controller first holds where the arm
@@ -175,6 +182,12 @@ class ControlLoop:
             return
         age = self.now() - self._last_state
         if age > controller.max_state_age:
+            waiting = next(take_queued(self.state_sub, 1), None)
+            if waiting is not None:
+                # states came, and this thread, held up, had not read them: not a stale
+                # stream (a state that is itself too old is refused as it is read)
+                self._on_joint_state(waiting)
+                return
             with self.lock:
                 if self._commanding and self._controller is controller:
                     why = self.stats.last_problem  # a refusal's reason stays in sight
@@ -189,6 +202,14 @@ class ControlLoop:
                     self._restart_reference = True
                     self._hold_reported = False
 
+    def _refuse_unstable_gains(self, why: str, controller: JointController) -> None:
+        """Gains the loop cannot take at the measured period: no command (the stop command
+        once, a goal ends), the reason logged and on /diagnostics until they are changed."""
+        self.problem(f"{why}; not commanding until the gains are changed", "unstable gains")
+        if self._commanding:
+            self._send_stop_command("unstable gains")
+            self._fault("gains", why, controller)
+
     def _fault(self, kind: str, why: str, controller: JointController) -> None:
         if self._fault_listener is not None:
             self._fault_listener(kind, why, controller)
@@ -196,6 +217,7 @@ class ControlLoop:
     def set_max_rate(self, rate: float) -> None:
         """At most ``rate`` commands per second (0: one per state)."""
         self._min_period = 1.0 / rate if rate > 0 else 0.0
+        self.stability.min_period = self._min_period
 
     def reference_changed(self) -> None:
         """A new reference, mode or controller: "no reference yet" may be logged again. Call
@@ -307,6 +329,10 @@ class ControlLoop:
             if restart_trajectory(controller, state_time):
                 self.node.get_logger().info("joint states back: the reference restarts from "
                                             "the measured state")
+        unstable = self.stability.observe(controller, now)
+        if unstable is not None:
+            self._refuse_unstable_gains(unstable, controller)
+            return False
         self.stats.states += 1
         # on sim time a state's age runs from its stamp: /clock as this node has read it lags
         # the states on a busy machine, and a lagging clock that catches up at once would make
@@ -345,20 +371,7 @@ class ControlLoop:
         command.data = effort.tolist()
         self.effort_pub.publish(command)
 
-    @property
-    def command_period(self) -> float:
-        """The mean period (s, node clock) of the commands, the sampled loop's; before any
-        were measured ``DEFAULT_STATE_PERIOD``. Gaps longer than ``state_timeout`` (the loop
-        was stopped) are not counted."""
-        return self._mean_period or DEFAULT_STATE_PERIOD
-
     def _account(self, now: float, elapsed: float, stamp: float) -> None:
-        gap = now - self._last_publish
-        controller = self._controller
-        if 0.0 < gap <= (controller.max_state_age if controller is not None else 0.0):
-            # a running mean over ~100 commands
-            self._mean_period = gap if not self._mean_period else (
-                self._mean_period + 0.01 * (gap - self._mean_period))
         self._last_publish = now
         self.stats.commands += 1
         self.totals.commands += 1
