@@ -18,8 +18,9 @@ import pytest
 from pin_oracle import REAL_ROBOTS, robots_dir
 
 from rb_dynamics import DEFAULT_URDF
-from rb_dynamics.dynamics import crba, gravity, rnea
+from rb_dynamics.dynamics import crba, friction_effort, gravity, rnea
 from rb_dynamics.identification import (
+    JOINT_TERMS,
     FourierTrajectory,
     IdentificationError,
     JointRecording,
@@ -71,6 +72,15 @@ def test_regressor_times_parameters_is_rnea_and_matches_pinocchio(name):
     Q, V, A = layout.full_state(q, v, a)
     tau = rnea(model, Q, V, A)[:, layout.v_index]
     assert np.abs(Y @ layout.parameters() - tau).max() <= 1e-12 * np.abs(tau).max()
+    # with armature, friction (Stribeck at the layout's v_s) and offsets: the engine's rnea
+    # (armature included) + its friction law + the offset
+    full = ParameterLayout(model, joints or (), JOINT_TERMS, stribeck_velocity=0.07)
+    true = perturbed_model(model, rng, joints=full.joints, stribeck=True)
+    true.stribeck_velocity[full.v_index] = 0.07
+    expected = (rnea(true, Q, V, A) + friction_effort(true, V))[:, full.v_index] + \
+        true.effort_offset[full.v_index]
+    got = full.regressor(q, v, a) @ full.parameters(true)
+    assert np.abs(got - expected).max() <= 1e-12 * np.abs(expected).max()
     # Pinocchio's joint-torque regressor, body by body (its joints are in our body order)
     pmodel = pin.buildModelFromXML(text)
     data = pmodel.createData()
@@ -184,7 +194,7 @@ def test_realistic_fit_consistent_set_and_outputs(arm_plan, tmp_path):
     for b in range(model.n_bodies):  # the bodies (welded links included) are physical
         assert np.linalg.eigvalsh(pseudo_inertia(cons.theta[10 * b:10 * b + 10]))[0] > 0
     q = np.random.default_rng(1).uniform(-3, 3, (10_000, model.nq))
-    assert np.linalg.eigvalsh(crba(ident.model, q) + np.diag(ident.model.armature)).min() > 0
+    assert np.linalg.eigvalsh(crba(ident.model, q)).min() > 0  # M(q) + diag(armature)
     g_true = gravity(true, q[:500])
     assert np.abs(gravity(ident.model, q[:500]) - g_true).max() <= 0.01 * np.abs(g_true).max()
 

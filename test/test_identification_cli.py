@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
-"""``rb_dynamics_identify`` end to end across processes and real DDS: the simulator plays an arm
-whose inertias, viscous and Coulomb friction differ from the URDF's; the control node (computed
-torque, the URDF's model) executes the planned excitation sent by ``send``; ``record`` writes
+"""``rb_dynamics_identify`` end to end across processes and real DDS: the simulator plays a real
+arm — inertias other than the URDF's, armature, viscous and Coulomb friction, effort offsets (its
+dynamics overlay), effort noise 0.05 N·m + 1 %, a 17-bit encoder, efforts 2 ms late, jitter —
+and the control node (computed torque, the URDF's model) executes the planned excitation sent by
+``send``; ``record`` writes
 the simulator's joint states into a rosbag2 with rosbags; ``fit`` identifies the arm from that
 bag. And the command's refusals of bad bags, each naming the cause and writing nothing."""
 
@@ -30,28 +32,37 @@ from rb_dynamics.identification import (
     perturbed_model,
     read_plan,
 )
-from rb_dynamics.model import load_model
+from rb_dynamics.model import (
+    DynamicsOverlay,
+    apply_overlay,
+    load_model,
+    read_overlay,
+    write_overlay,
+)
 from rb_dynamics.ros.identification import main
 
 CLI = [sys.executable, "-m", "rb_dynamics.ros.identification"]
 KP = [400.0, 400.0, 400.0, 2500.0, 1e4, 4e4]  # per joint, 1/s² (as the payload tests)
-EFFORT_NOISE = 0.05
+EFFORT_NOISE = 0.05  # N·m, + 1 % of the effort
+EFFORT_DELAY = 0.002  # s: the efforts lag the positions
 
 
 def _run(*args: str, timeout: float = 300.0) -> subprocess.CompletedProcess:
     return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout)
 
 
-def _true_arm(tmp_path: Path) -> tuple[Path, object]:
-    """A URDF of the bundled arm with perturbed inertias and friction: the simulator's arm."""
+def _true_arm(tmp_path: Path) -> tuple[Path, Path, object]:
+    """The simulator's arm: the bundled arm's URDF with perturbed inertias, and an overlay of
+    armature, viscous and Coulomb friction and effort offsets; and its model."""
     text = Path(DEFAULT_URDF).read_text()
     model = load_model(text)
     true = perturbed_model(model, np.random.default_rng(28))
-    layout = ParameterLayout(model, (), ("viscous", "coulomb"))
+    layout = ParameterLayout(model, (), ())
     welded = [I - own for I, own in zip(model.inertia, own_link_inertias(model, text))]
-    path = tmp_path / "true_arm.urdf"
-    path.write_text(corrected_urdf(text, layout, layout.parameters(true), welded))
-    return path, load_model(path.read_text())
+    urdf, overlay = tmp_path / "true_arm.urdf", tmp_path / "true_arm_overlay.yaml"
+    urdf.write_text(corrected_urdf(text, layout, layout.parameters(true), welded))
+    write_overlay(DynamicsOverlay.from_model(true), overlay)
+    return urdf, overlay, apply_overlay(load_model(urdf.read_text()), read_overlay(overlay))
 
 
 def test_plan_send_record_fit_on_the_simulated_arm(tmp_path):
@@ -63,13 +74,15 @@ def test_plan_send_record_fit_on_the_simulated_arm(tmp_path):
                    "--time-budget", "8")
     assert planned.returncode == 0, planned.stderr
     assert "condition number" in planned.stdout and "plan: condition" in planned.stderr
-    true_urdf, true = _true_arm(tmp_path)
+    true_urdf, true_overlay, true = _true_arm(tmp_path)
     start = read_plan(plan_dir / "plan.json")[0].evaluate(np.zeros(1))[0][0]
     sim = Session("rb_dynamics.ros.simulator_node", tmp_path, {
-        "urdf_path": str(true_urdf), "initial_positions": start.tolist(),
-        "publish_rate": 1000.0, "time_step": 0.001, "publish_clock": True,
-        "command_timeout": 0.2, "start_paused": True, "lockstep": True,
-        "lockstep_timeout": 5.0, "effort_noise": EFFORT_NOISE})
+        "urdf_path": str(true_urdf), "dynamics_overlay": str(true_overlay),
+        "initial_positions": start.tolist(), "publish_rate": 1000.0, "time_step": 0.001,
+        "publish_clock": True, "command_timeout": 0.2, "start_paused": True, "lockstep": True,
+        "lockstep_timeout": 5.0, "effort_noise": EFFORT_NOISE, "effort_noise_relative": 0.01,
+        "encoder_resolution": 2 * math.pi / 2 ** 17, "effort_delay": EFFORT_DELAY,
+        "publish_jitter": 2e-4})
     control = Session("rb_dynamics.ros.control_node", tmp_path, {
         "urdf_path": str(DEFAULT_URDF), "mode": "computed_torque", "kp": KP,
         "kd": [2.0 * math.sqrt(k) for k in KP], "state_timeout": 0.1, "use_sim_time": True},
@@ -110,7 +123,13 @@ def test_plan_send_record_fit_on_the_simulated_arm(tmp_path):
         g_true).max()
     print(f"gravity error: identified {100 * error:.3f} %, URDF {100 * urdf_error:.2f} % of "
           "max |g|")
+    fitted_model = apply_overlay(identified, read_overlay(out / "overlay.yaml"))
+    for field in ("armature", "damping", "friction", "effort_offset"):
+        print(f"{field}: true {np.round(getattr(true, field), 4).tolist()}, identified "
+              f"{np.round(getattr(fitted_model, field), 4).tolist()}")
     assert report["base_parameters"] == 58 and report["periods_fitted"] >= 3
+    # the effort a state reports was applied over the step before it: half a step later still
+    assert abs(report["delay_s"] - (EFFORT_DELAY + 0.0005)) < 5e-4
     # closed loop on a short plan (3 s period): the tracking loop's own effort content and a
     # weaker excitation than the 10 s plans of the benchmark (which reach ≤ 1.25 σ)
     assert max(report["consistent"]["validation"]["rms_over_sigma"]) <= 1.5

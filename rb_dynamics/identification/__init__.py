@@ -119,7 +119,6 @@ from .results import (
 )
 from .synthetic import (
     SensorModel,
-    friction_effort,
     perturbed_model,
     synthetic_recording,
 )
@@ -172,7 +171,6 @@ __all__ = [
     "excitation_limits",
     "fit_base_parameters",
     "fit_fourier",
-    "friction_effort",
     "identification_report",
     "identified_model",
     "identified_overlay",

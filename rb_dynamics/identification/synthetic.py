@@ -9,9 +9,8 @@
   ``FourierTrajectory`` exactly (inverse dynamics: its efforts are what the motion takes),
   sampled at a rate with jitter, the efforts delayed, offset, noisy and with outliers.
 
-The efforts are the reference RNEA of the true model with its armature taken out, plus
-armature·q̈ and the friction law of ``rb_dynamics.model.overlay`` written here, so the data do
-not depend on how the engine carries those terms.
+The efforts are the reference RNEA of the true model (its armature included) plus its friction
+(``rb_dynamics.dynamics.friction_effort``, the law the simulator applies).
 """
 
 from __future__ import annotations
@@ -21,14 +20,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rb_dynamics.dynamics import rnea
-from rb_dynamics.model import COULOMB_SMOOTHING, Model
+from rb_dynamics.dynamics import friction_effort, rnea
+from rb_dynamics.model import Model
 
 from .fourier import FourierTrajectory
 from .measurements import JointRecording
 from .regressor import body_parameters, spatial_inertia_from_parameters
 
-__all__ = ["SensorModel", "friction_effort", "perturbed_model", "synthetic_recording"]
+__all__ = ["SensorModel", "perturbed_model", "synthetic_recording"]
 
 
 def _pseudo_inertia(pi: np.ndarray) -> np.ndarray:
@@ -86,13 +85,6 @@ def perturbed_model(model: Model, rng: np.random.Generator, spread: float = 0.3,
     return dataclasses.replace(model, inertia=inertia, **fields)
 
 
-def friction_effort(model: Model, v: np.ndarray) -> np.ndarray:
-    """The friction law, (…, nv): viscous·q̇ + (Coulomb + Stribeck·exp(−(q̇/v_s)²))·tanh(q̇/ε)."""
-    vs = np.where(model.stribeck_velocity > 0, model.stribeck_velocity, 1.0)
-    return model.damping * v + (model.friction + model.stribeck_friction
-                                * np.exp(-(v / vs) ** 2)) * np.tanh(v / COULOMB_SMOOTHING)
-
-
 @dataclass(frozen=True)
 class SensorModel:
     """How the joint states are measured: ``rate`` Hz with Gaussian ``jitter`` (s) on the
@@ -137,8 +129,7 @@ def synthetic_recording(true_model: Model, trajectory: FourierTrajectory, period
         V = np.zeros((len(t), true_model.nv))
         A = np.zeros_like(V)
         Q[:, qi], V[:, vi], A[:, vi] = q, qd, qdd
-        rigid = dataclasses.replace(true_model, armature=np.zeros(true_model.nv))
-        tau = rnea(rigid, Q, V, A) + true_model.armature * A + friction_effort(true_model, V)
+        tau = rnea(true_model, Q, V, A) + friction_effort(true_model, V)
         return tau[:, vi]
 
     q, qd, _ = motion(stamps)
