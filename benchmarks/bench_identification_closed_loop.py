@@ -16,6 +16,7 @@ position error over the goal) of both, and their ratio, per seed.
 from __future__ import annotations
 
 import argparse
+import copy
 import math
 import os
 import sys
@@ -81,9 +82,9 @@ def _tracking(tmp: Path, true_urdf: Path, true_overlay: Path, urdf: Path, overla
                                  60.0), control.output()[-2000:]
         states = sim.received(__import__("sensor_msgs.msg").msg.JointState, "/joint_states")
         assert sim.peer.call(pause, SetBool.Request(data=False)).success
-        assert sim.peer.wait_for(lambda: len(states) > 300, 60.0)
+        assert sim.peer.wait_for(lambda: len(states) > 3000, 120.0)  # settled at the start
         msg = FollowJointTrajectory.Goal()
-        set_message_fields(msg, goal)
+        set_message_fields(msg, copy.deepcopy(goal))  # it turns the dicts into messages
         sent = client.send_goal_async(msg)
         assert sim.peer.wait_for(sent.done, 30.0)
         handle = sent.result()
@@ -135,6 +136,7 @@ def run(seed: int, period: float, periods: int, budget: float) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--period", type=float, default=10.0)
     parser.add_argument("--periods", type=int, default=1, help="periods tracked")
     parser.add_argument("--plan-budget", type=float, default=20.0)
@@ -143,7 +145,8 @@ def main() -> None:
 
     keep_local()
     t0 = time.monotonic()
-    ratios = [run(seed, args.period, args.periods, args.plan_budget) for seed in range(args.seeds)]
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
+    ratios = [run(seed, args.period, args.periods, args.plan_budget) for seed in seeds]
     print(f"tracking RMS ratio URDF/identified over {args.seeds} seeds: median "
           f"{np.median(ratios):.1f}, worst {min(ratios):.1f} ({time.monotonic() - t0:.0f} s)")
 
