@@ -17,8 +17,7 @@ For each robot (the bundled arm, example-robot-data's Panda with its 7 arm joint
 
 The robot follows the plan exactly (inverse dynamics, in-process): the recording is what the
 sensor model makes of the true efforts. The closed-loop figure (computed-torque tracking with
-the identified model against the URDF's) needs the control node's dynamics overlay and is not
-measured here.
+the identified model against the URDF's) is ``bench_identification_closed_loop.py``'s.
 
     .venv/bin/python benchmarks/bench_identification.py [--seeds 3] [--robots default_arm panda]
 """
@@ -171,8 +170,8 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     results = {robot: run(robot, args.seeds, args.plan_budget) for robot in args.robots}
-    print("\ncomputed-torque tracking with the identified model: not measured (needs the "
-          "control node's dynamics overlay)")
+    print("\ncomputed-torque tracking with the identified model against the URDF's, in closed "
+          "loop: benchmarks/bench_identification_closed_loop.py")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=1))
