@@ -87,7 +87,7 @@ def _parser() -> argparse.ArgumentParser:
 
     send = sub.add_parser("send", help="send excitation.yaml to a FollowJointTrajectory server")
     send.add_argument("goal", type=Path, help="excitation.yaml from `plan`")
-    send.add_argument("--action", default="/rb_dynamics_node/follow_joint_trajectory")
+    send.add_argument("--action", default="/rb_dynamics/follow_joint_trajectory")
     send.add_argument("--timeout", type=float, default=10.0, help="s to wait for the server")
     _common(send)
 
