@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Rigid-body dynamics of a ``Model``: the reference algorithms (Featherstone's RNEA, CRBA,
-ABA and friends), the one ``Dynamics`` interface and its implementations (reference,
+ABA and friends, the momentum terms M q̇, Cᵀ q̇, g), a link's wrench ↔ joint efforts, the one
+``Dynamics`` interface and its implementations (reference,
 generated Python and C kernels), payload terms and constraints.
 
 Imports only ``rb_dynamics.model``.
@@ -43,6 +44,8 @@ from .kernel_cache import (
     KernelBuildError,
     cache_dir,
 )
+from .link_wrench import LinkWrench
+from .momentum import coriolis_transpose, generalized_momentum, momentum_terms
 from .payload import (
     INERTIAL_PARAMETER_NAMES,
     Payload,
@@ -98,6 +101,7 @@ __all__ = [
     "KernelBuildError",
     "KernelIR",
     "Kinematics",
+    "LinkWrench",
     "LiveDynamics",
     "LoopClosurePoint",
     "MAX_GENERATED_BODIES",
@@ -113,10 +117,12 @@ __all__ = [
     "centroidal_momentum",
     "check_vector",
     "constrained_forward_dynamics",
+    "coriolis_transpose",
     "constraint_from_spec",
     "crba",
     "default_payload_link",
     "forward_dynamics_crba",
+    "generalized_momentum",
     "generate_kernels",
     "gravity",
     "kernels_choice",
@@ -125,6 +131,7 @@ __all__ = [
     "link_jacobian",
     "link_pose",
     "make_dynamics",
+    "momentum_terms",
     "nonlinear_effects",
     "payload_body",
     "payload_effort_reference",

@@ -24,8 +24,8 @@
 
 #include <math.h>
 
-#define RB_KERNEL_ABI 1
-#define N_KERNELS 5 /* rnea, gravity, nle, crba, aba: the order of the methods below */
+#define RB_KERNEL_ABI 2
+#define N_KERNELS 6 /* rnea, gravity, nle, crba, aba, momentum: the order of the methods */
 #define MAX_IN 3
 
 typedef void (*one_fn)(const double *const *in, double *out);
@@ -37,8 +37,9 @@ typedef struct {
     int n_in;
     Py_ssize_t size[MAX_IN];
     PyObject *names[MAX_IN + 1]; /* argument names; names[n_in] = "f_ext" when accepted */
-    int out_ndim;                /* 1: (nv,)   2: (nv, nv) */
+    int out_ndim;                /* 1: (nv,)   2: (out_rows, nv) */
     Py_ssize_t out_n;            /* nv */
+    Py_ssize_t out_rows;         /* rows of a matrix result: nv for crba, 3 for momentum */
     PyObject *undefined;         /* ValueError message when there is no kernel, or NULL */
     PyObject *nonfinite;         /* ValueError message for a non-finite result */
     PyObject *fallback;          /* method called with f_ext (reference dynamics), or NULL */
@@ -70,17 +71,19 @@ static void kernels_dealloc(KernelsObject *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* One spec: (one, batch, names, sizes, out_ndim, out_n, undefined, nonfinite, fallback). */
+/* One spec: (one, batch, names, sizes, out_ndim, out_n, out_rows, undefined, nonfinite,
+ * fallback). */
 static int bind_kernel(Kernel *k, PyObject *spec)
 {
     PyObject *one, *batch, *names, *sizes, *undefined, *nonfinite, *fallback;
-    if (!PyArg_ParseTuple(spec, "OOO!O!inOUO", &one, &batch, &PyTuple_Type, &names,
-                          &PyTuple_Type, &sizes, &k->out_ndim, &k->out_n, &undefined,
-                          &nonfinite, &fallback))
+    if (!PyArg_ParseTuple(spec, "OOO!O!innOUO", &one, &batch, &PyTuple_Type, &names,
+                          &PyTuple_Type, &sizes, &k->out_ndim, &k->out_n, &k->out_rows,
+                          &undefined, &nonfinite, &fallback))
         return -1;
     Py_ssize_t n_in = PyTuple_GET_SIZE(sizes);
     if (n_in < 1 || n_in > MAX_IN || PyTuple_GET_SIZE(names) != n_in + (fallback != Py_None) ||
-        k->out_ndim < 1 || k->out_ndim > 2 || k->out_n < 0) {
+        k->out_ndim < 1 || k->out_ndim > 2 || k->out_n < 0 ||
+        (k->out_ndim == 2 && k->out_rows < 1)) {
         PyErr_SetString(PyExc_ValueError, "malformed kernel spec");
         return -1;
     }
@@ -256,7 +259,7 @@ static PyObject *run_batch(Kernel *k, PyArrayObject **in)
         ptr[j] = (const double *)PyArray_DATA(in[j]);
         stride[j] = PyArray_NDIM(in[j]) == 2 ? (long)k->size[j] : 0;
     }
-    npy_intp dims[3] = {N, k->out_n, k->out_n};
+    npy_intp dims[3] = {N, k->out_ndim == 2 ? k->out_rows : k->out_n, k->out_n};
     PyArrayObject *out = (PyArrayObject *)PyArray_SimpleNew(k->out_ndim + 1, dims, NPY_DOUBLE);
     if (out == NULL)
         return NULL;
@@ -285,7 +288,7 @@ static PyObject *run(Kernel *k, PyArrayObject **in)
     const double *ptr[MAX_IN];
     for (int j = 0; j < k->n_in; j++)
         ptr[j] = (const double *)PyArray_DATA(in[j]);
-    npy_intp dims[2] = {k->out_n, k->out_n};
+    npy_intp dims[2] = {k->out_ndim == 2 ? k->out_rows : k->out_n, k->out_n};
     PyArrayObject *out = (PyArrayObject *)PyArray_SimpleNew(k->out_ndim, dims, NPY_DOUBLE);
     if (out == NULL)
         return NULL;
@@ -351,6 +354,7 @@ KERNEL_METHOD(gravity, 1)
 KERNEL_METHOD(nonlinear_effects, 2)
 KERNEL_METHOD(crba, 3)
 KERNEL_METHOD(aba, 4)
+KERNEL_METHOD(momentum_terms, 5)
 
 /* ---------------------------------------------------------------- roll-outs
  *
@@ -682,6 +686,8 @@ static PyMethodDef kernels_methods[] = {
      "crba(q): joint-space inertia matrix M(q)."},
     {"aba", (PyCFunction)(void (*)(void))m_aba, METH_FASTCALL | METH_KEYWORDS,
      "aba(q, v, tau, f_ext=None): forward dynamics."},
+    {"momentum_terms", (PyCFunction)(void (*)(void))m_momentum_terms,
+     METH_FASTCALL | METH_KEYWORDS, "momentum_terms(q, v): rows M v, C^T v, g (3, nv)."},
     {"rollout", (PyCFunction)(void (*)(void))m_rollout, METH_FASTCALL,
      "rollout(Q, V, A, hit, tau, dt, integrator, damping, friction, lower, upper, law)\n"
      "N = len(A) steps from Q[0], V[0] into the rows of Q, V (N+1, nv), A and hit (N, nv);\n"

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from .codegen_ir import KernelIR
 
-ABI = 1  # the per-model library ABI; equals RB_KERNEL_ABI in _ckernels.c
+ABI = 2  # the per-model library and spec ABI; equals RB_KERNEL_ABI in _ckernels.c
 
 
 def emit_c(ir: KernelIR) -> str:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rb_dynamics.dynamics import ConstraintSet, Dynamics
+from rb_dynamics.dynamics import ConstraintSet, Dynamics, LinkWrench
 from rb_dynamics.dynamics import reference as dynamics
 from rb_dynamics.model import (
     COULOMB_SMOOTHING,
@@ -38,6 +38,7 @@ from rb_dynamics.model import (
     Model,
     check_choice,
     check_positive,
+    finite_array,
     quat_to_matrix,
     skew,
 )
@@ -341,7 +342,9 @@ class Simulator:
     ``dt`` seconds per step with one of ``INTEGRATORS``; the state starts at ``q0``, ``v0``
     (default: the neutral configuration at rest). Commands (N·m or N over v) are clamped to
     the effort limits and fall back to zero ``command_timeout`` seconds (of simulated time)
-    after the last one, so a dead controller leaves a limp, not a stuck, arm. Raises
+    after the last one, so a dead controller leaves a limp, not a stuck, arm. An external
+    wrench on a link (``set_external_wrench``) acts at every step as the joint efforts Jᵀ(q) F
+    (not part of ``applied_effort``, which is what the drives apply and report). Raises
     ValueError for an unknown integrator, a ``dt`` that is not positive and finite, and
     states or commands of the wrong size or not finite.
     """
@@ -358,7 +361,28 @@ class Simulator:
         self.q0 = model.neutral_configuration() if q0 is None else \
             normalize_configuration(model, dynamics.check_vector(q0, model.nq, "q0"))
         self.v0 = np.zeros(model.nv) if v0 is None else dynamics.check_vector(v0, model.nv, "v0")
+        self.wrench: tuple[LinkWrench, np.ndarray] | None = None  # (link, [force; torque])
         self.reset()
+
+    def set_external_wrench(self, link: str | None, wrench=None) -> None:
+        """Apply ``wrench`` = [force; torque] (N, N·m; in ``link``'s frame, about its origin)
+        from the next step on, until replaced; ``link`` None removes it. ValueError for an
+        unknown link or a wrench that is not 6 finite numbers (nothing changes then)."""
+        if link is None:
+            self.wrench = None
+            return
+        held = self.wrench[0] if self.wrench is not None else None
+        jacobian = held if held is not None and held.link == link else LinkWrench(self.model,
+                                                                                  link)
+        self.wrench = (jacobian, finite_array(wrench, "wrench", (6,)))
+
+    def external_effort(self, q: np.ndarray | None = None) -> np.ndarray:
+        """Jᵀ(q) F of the external wrench over v (N·m or N; zeros without one), at ``q``
+        (default: the current state)."""
+        if self.wrench is None:
+            return np.zeros(self.model.nv)
+        jacobian, wrench = self.wrench
+        return jacobian.effort(self.q if q is None else q, wrench)
 
     def reset(self, q: np.ndarray | None = None, v: np.ndarray | None = None) -> None:
         self.q = self.q0.copy() if q is None else normalize_configuration(
@@ -404,7 +428,9 @@ class Simulator:
         if fast is not None and steps > 0:
             done = self._advance_compiled(fast, steps)
         for _ in range(steps - done):  # the reference: no fast path, or from a refused step
-            result = step(self.dynamics, self.q, self.v, self.applied_effort, self.dt,
+            tau = self.applied_effort if self.wrench is None \
+                else self.applied_effort + self.external_effort()
+            result = step(self.dynamics, self.q, self.v, tau, self.dt,
                           self.integrator, constraints=self.constraints, t=self.time)
             self.q, self.v, self.a, self.limit_hit = result.q, result.v, result.a, result.limit_hit
             self.time += self.dt
@@ -415,10 +441,12 @@ class Simulator:
         # the times at the start of each step as the reference loop accumulates them (an
         # accumulate adds in order), and the effort each one applies
         times = np.add.accumulate(np.r_[self.time, np.full(steps, self.dt)])
-        if self.state_feedback:
+        if self.state_feedback or self.wrench is not None:
             starts = times.tolist()
+            external = self.external_effort if self.wrench is not None \
+                else lambda q: 0.0  # noqa: E731
             trace = fast.run(self.q, self.v, None, self.dt, steps,
-                             law=lambda k, q, v: self.effort_at(starts[k], q, v))
+                             law=lambda k, q, v: self.effort_at(starts[k], q, v) + external(q))
         else:
             timed_out = times[:-1] - self.command_time > self.command_timeout
             tau = np.where(timed_out[:, None], 0.0, self.command) if timed_out.any() \
