@@ -87,6 +87,9 @@ class Run:
     force: np.ndarray  # the push in the link's axes at each state (zeros without one)
     detections: list = field(default_factory=list)  # Collision
     observer_seconds: float = 0.0  # time in observer + detector over the run
+    law_seconds: float = 0.0  # time in the control law over the run
+    states: int = 0
+    largest: np.ndarray | None = None  # max |r| per joint over the run
 
 
 class ContactRig:
@@ -119,7 +122,8 @@ class ContactRig:
         return CollisionDetector(self.joints, self.model.velocity_indices(self.joints),
                                  self.thresholds, latch=False)
 
-    def run(self, duration: float, pushes: list[Push] = (), record: bool = True) -> Run:
+    def run(self, duration: float, pushes: list[Push] = (), record: bool = True,
+            keep_largest: bool = True) -> Run:
         """``duration`` s of the fast motion from its start, under ``pushes``. The physics takes
         ``substeps`` steps per state period (each command held over them): semi-implicit Euler
         at 1 ms is first order, and its momentum error (~0.1 N·m in fast motion) would be
@@ -130,7 +134,7 @@ class ContactRig:
         n = self.model.nv
         rows = steps + 1 if record else 1
         out = Run(self.joints, np.zeros(rows), np.zeros((rows, n)), np.zeros((rows, n)),
-                  np.zeros((rows, n)), np.zeros((rows, 3)))
+                  np.zeros((rows, n)), np.zeros((rows, 3)), largest=np.zeros(n))
         for k in range(steps + 1):
             t = k * DT
             q, v = sim.q, sim.v
@@ -141,10 +145,14 @@ class ContactRig:
                 if hit is not None:
                     out.detections.append(hit)
             out.observer_seconds += time.perf_counter() - started
+            out.states += 1
+            if keep_largest:
+                np.maximum(out.largest, np.abs(observer.estimate), out=out.largest)
             push = next((p for p in pushes if p.start <= t + 1e-9 < p.start + p.duration), None)
             force = np.zeros(3)
             if push is None:
-                sim.set_external_wrench(None)
+                if sim.wrench is not None:
+                    sim.set_external_wrench(None)
             else:
                 force = link_pose(self.model, q, push.link)[:3, :3].T @ push.force
                 sim.set_external_wrench(push.link, np.r_[force, 0.0, 0.0, 0.0])
@@ -154,7 +162,9 @@ class ContactRig:
             if k == steps:
                 break
             q_d, v_d, a_d = reference(t, self.q0, self.amp)
+            started = time.perf_counter()
             tau, _ = self.law.effort(q, v, q_d, v_d, a_d)
+            out.law_seconds += time.perf_counter() - started
             sim.set_command(clamp_effort(self.plant, tau)[0])
             sim.advance(DT)
             sim.time = (k + 1) * DT  # no drift of the held command's timeout

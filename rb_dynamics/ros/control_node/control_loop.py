@@ -21,9 +21,10 @@ that message decides what the arm does (docs/trajectory_controller.md, "What the
 with").
 
 The other parts of the node talk to the loop through its methods: ``install`` a controller,
-``start_publishing``/``stop_publishing``, ``set_max_rate``, ``reference_changed``/
-``holding_on_purpose`` (whether "no reference yet" is to be logged), and four listeners
-(``set_command_monitor``, ``set_fault_listener``, ``set_state_recorder``,
+``start_publishing``/``stop_publishing``, ``suspend`` (no commands for a reason, as a collision's
+``stop`` reaction), ``set_max_rate``, ``reference_changed``/``holding_on_purpose`` (whether "no
+reference yet" is to be logged), ``fault`` (end what follows the reference), and listeners
+(``set_command_monitor``, ``set_fault_listener``, ``set_state_recorder`` by key,
 ``set_first_state_callback``) called on the loop's thread.
 
 States that go stale end a goal being executed (the goal's reference is dropped); when they come
@@ -76,7 +77,7 @@ CommandMonitor = Callable[[float, JointController, ControlOutput], None]
 # why) when the law's effort is not finite; and the controller. It must take microseconds.
 FaultListener = Callable[[str, str, JointController], None]
 # With each joint state after its command is out (outside ``lock``), and the controller that
-# took it (None: no controller yet).
+# took it (None: no controller yet); one per key (the payload's, the contact monitor's).
 StateRecorder = Callable[[JointState, "JointController | None"], None]
 
 
@@ -97,7 +98,8 @@ class ControlLoop:
         self._hold_reported = False
         self._monitor: CommandMonitor | None = None
         self._fault_listener: FaultListener | None = None
-        self._recorder: StateRecorder | None = None
+        self._recorders: dict[str, StateRecorder] = {}
+        self.suspended = ""  # why commanding is suspended (``suspend``); "": it is not
         self._first_state: Callable[[], None] | None = None
         self.stop_command = "gravity"  # gravity, zero or none: the node's stop_command
         self._commanding = False  # a command went out since the last stop command
@@ -142,6 +144,15 @@ class ControlLoop:
                 controller.trajectory, controller.hold_position = None, None
                 self._hold_reported = False
 
+    def suspend(self, why: str) -> None:
+        """No commands for ``why`` (the stop command goes out once) until ``suspend("")``, which
+        resumes holding where the arm is, whatever the lifecycle; call under ``lock``."""
+        self.suspended = why
+        if why:
+            self._send_stop_command(why)
+        elif self._controller is not None:
+            self._controller.trajectory, self._controller.hold_position = None, None
+
     def stop_publishing(self, why: str = "stopped") -> None:
         """Take and count states, publish nothing more after the stop command, if efforts were
         being published (``why``: for the log; takes ``lock``)."""
@@ -182,14 +193,15 @@ class ControlLoop:
                                  f"{controller.max_state_age} s): stopped commanding"
                                  + (f" (last problem: {why})" if why else ""), "stale")
                     self._send_stop_command("joint states stopped")
-                    self._fault("stale", f"no usable joint state for {age:.3f} s (state_timeout "
-                                f"{controller.max_state_age} s)", controller)
+                    self.fault("stale", f"no usable joint state for {age:.3f} s (state_timeout "
+                               f"{controller.max_state_age} s)", controller)
                     # the next fresh state restarts the reference from there (the docstring)
                     controller.hold_position = None
                     self._restart_reference = True
                     self._hold_reported = False
 
-    def _fault(self, kind: str, why: str, controller: JointController) -> None:
+    def fault(self, kind: str, why: str, controller: JointController) -> None:
+        """Tell the fault listener (call under ``lock``)."""
         if self._fault_listener is not None:
             self._fault_listener(kind, why, controller)
 
@@ -213,8 +225,8 @@ class ControlLoop:
     def set_fault_listener(self, listener: FaultListener | None) -> None:
         self._fault_listener = listener
 
-    def set_state_recorder(self, recorder: StateRecorder | None) -> None:
-        self._recorder = recorder
+    def set_state_recorder(self, recorder: StateRecorder, key: str = "recorder") -> None:
+        self._recorders = {**self._recorders, key: recorder}  # a new dict: read unlocked
 
     def set_first_state_callback(self, callback: Callable[[], None] | None) -> None:
         """``callback()`` on the loop thread when a controller takes its first state (a
@@ -259,8 +271,7 @@ class ControlLoop:
                 + msg.header.stamp.nanosec
             if not self._control(msg):
                 self.totals.unanswered += 1
-        recorder = self._recorder
-        if recorder is not None:
+        for recorder in self._recorders.values():
             recorder(msg, self._controller)
 
     def _control(self, msg: JointState) -> bool:
@@ -312,14 +323,14 @@ class ControlLoop:
         # the states on a busy machine, and a lagging clock that catches up at once would make
         # a state taken late look stale
         self._last_state = state_time if simulated else now
-        if not self._publishing or now - self._last_publish < self._min_period:
+        if not self._publishing or self.suspended or now - self._last_publish < self._min_period:
             return False
         started = time.perf_counter()
         try:  # the reference is sampled at the instant the state describes
             out = controller.compute(now, state_time)
         except ControllerError as exc:
             self.problem(str(exc), "compute")
-            self._fault("effort", str(exc), controller)
+            self.fault("effort", str(exc), controller)
             return False
         self._publish(out.effort)
         self._commanding = True

@@ -29,7 +29,9 @@ every one is described in ``parameters.yaml`` beside this module (the node's sch
 listed in ``config/simulator.yaml`` and docs/parameters.md.
 ``~/set_payload`` (rb_dynamics_interfaces/SetPayload) puts a payload on the simulated robot
 (the state kept, see payload.py); ``effort_noise`` adds a torque sensor's noise to the
-published efforts.
+published efforts. ``~/external_wrench`` (geometry_msgs/WrenchStamped) pushes on a link, and
+``~/true_external_efforts`` (sensor_msgs/JointState) publishes the joint efforts it makes
+(external_wrench.py).
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ from rb_dynamics.ros.runtime import ThrottledLogger
 from rb_dynamics_interfaces.srv import SetState
 
 from .commands import CommandInputs
+from .external_wrench import ExternalWrench
 from .payload import SimulatorPayload
 from .simulated_robot import command_layout_of, joint_order, make_simulator, simulated_model
 
@@ -104,6 +107,8 @@ class SimulatorNode(Node):
         self._make_clock(settings)
         self.inputs = CommandInputs(self, self.layout, self.joints, self.sim, self.warn,
                                     self._step_on_command if self.lockstep else None)
+        self.external = ExternalWrench(self, self.sim, self.joint_layout, self.joints,
+                                       settings["external_wrench_timeout"], self.warn)
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self._log_start()
 
@@ -287,6 +292,7 @@ class SimulatorNode(Node):
     def _advance(self, duration: float) -> int:
         """Steps covering ``duration``; on divergence, the last good state stays and we pause."""
         before = (self.sim.q.copy(), self.sim.v.copy(), self.sim.time)
+        self.external.expire()
         try:
             steps = self.sim.advance(duration)
             finite = np.all(np.isfinite(self.sim.q)) and np.all(np.isfinite(self.sim.v))
@@ -322,6 +328,7 @@ class SimulatorNode(Node):
             effort = effort + self.rng.normal(0.0, self.effort_noise, effort.shape)
         msg.effort = effort.tolist()
         self.state_pub.publish(msg)
+        self.external.publish(msg.header.stamp)
 
 
 def main(args: list[str] | None = None) -> int:
