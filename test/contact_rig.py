@@ -130,6 +130,7 @@ class ContactRig:
         the figure measured rather than the observer's."""
         sim = Simulator(self.sim_dyn, DT / self.substeps, q0=self.q0, command_timeout=1.0)
         observer, detector = self.observer(), self.detector()
+        detector.watch(observer)
         steps = int(round(duration / DT))
         n = self.model.nv
         rows = steps + 1 if record else 1
@@ -140,7 +141,7 @@ class ContactRig:
             q, v = sim.q, sim.v
             measured = sim.applied_effort + self.rng.normal(0.0, self.noise, n)
             started = time.perf_counter()
-            if observer.update(t, q, v, measured):
+            if observer.update(t, q, v, measured) and detector.needed(observer.over):
                 hit = detector.check(t, observer.estimate)
                 if hit is not None:
                     out.detections.append(hit)

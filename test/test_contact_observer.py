@@ -129,6 +129,26 @@ def test_sampled_efforts_follow_a_smooth_external_effort(arm):
     assert worst <= 1e-6, f"worst deviation {worst:.2e} of the amplitude"
 
 
+def test_the_c_step_equals_the_numpy_step(arm):
+    """``observe`` in C (C kernels) against the numpy form (Python kernels): the same
+    estimates to rounding, the same flags and restarts; lists fall back to numpy."""
+    model, dyn = arm
+    data = _exact_data(dyn, "sampled", _step_at(0.05, STEP), 0.2)
+    fast = MomentumObserver(dyn, GAINS, effort_timing="sampled")
+    slow = MomentumObserver(make_dynamics(model, "python"), GAINS, effort_timing="sampled")
+    assert hasattr(dyn.kernels, "observe")
+    for observer in (fast, slow):
+        observer.thresholds[:] = 0.5 * np.abs(STEP)
+    for k, (t, q, v, effort) in enumerate(data):
+        if k == 120:
+            effort = np.full(6, np.inf)
+        updated = [o.update(t, q, v, effort if k % 7 else effort.tolist()) for o in (fast, slow)]
+        assert updated[0] == updated[1] and fast.over == slow.over
+        np.testing.assert_allclose(fast.estimate, slow.estimate, rtol=1e-12, atol=1e-12)
+    assert fast.restarts == slow.restarts == 1 and fast.problem == slow.problem
+    assert fast.over  # the step passed half of itself
+
+
 def test_nan_restarts_the_observer_which_says_so_and_recovers(arm):
     model, dyn = arm
     step = STEP

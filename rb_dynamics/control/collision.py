@@ -87,6 +87,17 @@ class CollisionDetector:
         check_choice(reaction, REACTIONS, "reaction", ControllerError)
         return reaction
 
+    def watch(self, observer) -> None:
+        """Give ``observer`` (a ``MomentumObserver``) these thresholds, so that it flags the
+        states that pass one (its ``over``): ``needed`` tells when ``check`` must look."""
+        observer.thresholds[:] = np.inf
+        observer.thresholds[self.index] = self.thresholds
+
+    def needed(self, over: bool) -> bool:
+        """Whether ``check`` has anything to do after a state whose estimate passed a
+        threshold (``over``) or not: when one did, or to re-arm (``latch`` off)."""
+        return over or (not self._armed and not self.latch)
+
     def check(self, t: float, estimate: np.ndarray) -> Collision | None:
         """A new ``Collision`` when a joint passes its threshold at time ``t`` while armed;
         None otherwise (nothing over, already latched, or not re-armed)."""

@@ -32,7 +32,10 @@ friction, a function of the state, is integrated with β whatever they mean):
   effort it applies over a period; this package's simulator): τ_m,k Δt;
 - ``sampled``: an instantaneous measurement (a joint torque sensor): (τ_m,k + τ_m,k−1) Δt / 2.
 
-The model is the caller's ``Dynamics`` (its ``momentum_terms``: the armature is in M), a
+With C kernels (a ``Dynamics`` whose ``kernels`` has ``observe``) and no payload, one call into C
+does the step's arithmetic (``_ckernels.c``, ``observe``); otherwise numpy does, the same
+operations (equal to rounding). The model is the caller's ``Dynamics`` (its ``momentum_terms``:
+the armature is in M), a
 payload's share (``rb_dynamics.dynamics.PayloadEffort``) and the model's friction
 (``control.law.friction_compensation``: viscous and Coulomb; the Stribeck term of
 ``Model.stribeck_*`` is not in it yet) and effort offset. A state with NaN or inf, a
@@ -63,7 +66,9 @@ class MomentumObserver:
     ``gains`` K (1/s, > 0; one value or one per coordinate of v): the bandwidth of each
     joint's estimate. ``estimate`` is r (zeros until the second state after a restart; the
     array is updated in place: copy it to keep it). ``ready`` is False until then. ``max_gap``
-    (s): two states further apart restart the observer.
+    (s): two states further apart restart the observer. ``over`` says whether the last update
+    left some |r_j| above ``thresholds`` (over v, inf: not watched; a collision detector's,
+    so that it need look only then).
     """
 
     def __init__(self, dynamics: Dynamics, gains, *, effort_timing: str = "held",
@@ -81,6 +86,8 @@ class MomentumObserver:
         self.offset = np.array(model.effort_offset, dtype=float)
         self.payload: PayloadEffort | None = None
         self.estimate = np.zeros(n)
+        self.thresholds = np.full(n, np.inf)
+        self.over = False
         self.problem = ""  # why the observer last restarted ("": it has not)
         self.restarts = 0
         # rows [p, Cᵀq̇, g, τ_f, τ_m] of this state (0–4) and of the previous one (5–9): e Δt is
@@ -117,45 +124,75 @@ class MomentumObserver:
 
     def update(self, t: float, q: np.ndarray, v: np.ndarray, effort: np.ndarray) -> bool:
         """Take the joint state at time ``t`` (s): positions, velocities and measured efforts
-        over the model's coordinates. True when ``estimate`` was updated; False on the first
-        state after a restart, for a state at the same time as the last one (ignored), and
-        when it restarted (``problem`` says why)."""
+        over the model's coordinates (float64 arrays). True when ``estimate`` was updated;
+        False on the first state after a restart, for a state at the same time as the last one
+        (ignored), and when it restarted (``problem`` says why)."""
         dt = t - self._t
         if dt == 0.0:
             return False
-        rows = self._rows
-        try:
-            rows[0:3] = self.dynamics.momentum_terms(q, v)
-            if self.payload is not None:
-                rows[0:3] += self.payload.momentum_terms(q, v)
-        except ValueError as exc:
-            self.reset(f"observer restarted: {exc}")
-            return False
-        if self.friction:
-            rows[3] = friction_compensation(self.model, v)
-        np.subtract(effort, self.offset, out=rows[4])
-        if not dt > 0.0 or dt > self.max_gap:  # the first state (NaN), a gap, time going back
+        first = not dt > 0.0 or dt > self.max_gap  # the first state (NaN), a gap, time back
+        if first:
             if dt < 0.0:
                 self.reset(f"observer restarted: the state's time went back by {-dt:.3g} s")
             elif dt > self.max_gap:
                 self.reset(f"observer restarted: {dt:.3g} s between states (max_gap "
                            f"{self.max_gap:g} s)")
-            return self._keep(t)
-        if not abs(dt - self._dt) <= 1e-9 * dt:  # a new state period (or the first)
+        elif not abs(dt - self._dt) <= 1e-9 * dt:  # a new state period (or the first)
             self._period(dt)
-        w = np.dot(self._coefficients, rows, out=self._w)  # e Δt
-        r = self.estimate
-        r *= self._a
-        w *= self._b
-        r += w
-        if not math.isfinite(r.sum()):
-            finite = math.isfinite(np.sum(effort))
-            self.reset("observer restarted: " + ("the estimate overflowed" if finite else
-                                                 "an effort is NaN or inf"))
+        rows = self._rows
+        if self.friction:
+            rows[3] = friction_compensation(self.model, v)
+        kernels = getattr(self.dynamics, "kernels", None)
+        if self.payload is None and kernels is not None and hasattr(kernels, "observe"):
+            try:
+                code = kernels.observe(q, v, effort, self.offset, rows,
+                                       None if first else self._coefficients, self._a, self._b,
+                                       self.estimate, self.thresholds)
+            except ValueError:  # not float64 arrays of the right sizes: the numpy form
+                code = self._numpy_step(q, v, effort, first)
+        else:
+            code = self._numpy_step(q, v, effort, first)
+        if code < 0:
+            self._restart_for(q, v, effort)
             return False
-        self._ready = True
-        self._keep(t)
-        return True
+        self._t = t
+        self._ready = self._ready or code > 0
+        self.over = code == 2
+        return code > 0
+
+    def _numpy_step(self, q, v, effort, first: bool) -> int:
+        """``observe``'s step with numpy: the same codes (−1 not finite, 0 first, 1, 2 over);
+        ValueError from the dynamics for inputs that are not finite gives −1."""
+        rows = self._rows
+        try:
+            rows[0:3] = self.dynamics.momentum_terms(q, v)
+            if self.payload is not None:
+                rows[0:3] += self.payload.momentum_terms(q, v)
+        except ValueError:
+            return -1
+        np.subtract(effort, self.offset, out=rows[4])
+        over = False
+        if not first:
+            w = np.dot(self._coefficients, rows, out=self._w)  # e Δt
+            r = self.estimate
+            r *= self._a
+            w *= self._b
+            r += w
+            if not math.isfinite(r.sum()):
+                return -1
+            over = bool(np.any(np.abs(r) > self.thresholds))
+        rows[5:10] = rows[0:5]
+        return 0 if first else 1 + over
+
+    def _restart_for(self, q, v, effort) -> None:
+        """A restart naming what was not finite."""
+        try:
+            self.dynamics.momentum_terms(q, v)
+            why = "the estimate overflowed" if math.isfinite(np.sum(effort)) \
+                else "an effort is NaN or inf"
+        except ValueError as exc:
+            why = str(exc)
+        self.reset(f"observer restarted: {why}")
 
     def _period(self, dt: float) -> None:
         """The coefficients of a state period of ``dt`` s: e Δt = p − p' − ∫ τ_m dt + (β + β')
@@ -167,9 +204,3 @@ class MomentumObserver:
                                  -1.0, -h, h, h, 0.0 if held else -h]
         np.exp(-self.gains * dt, out=self._a)
         np.divide(-np.expm1(-self.gains * dt), dt, out=self._b)
-
-    def _keep(self, t: float) -> bool:
-        """This state becomes the previous one (False, for ``update``)."""
-        self._t = t
-        self._rows[5:10] = self._rows[0:5]
-        return False

@@ -675,6 +675,79 @@ static PyObject *m_rollout(PyObject *op, PyObject *const *args, Py_ssize_t nargs
     return done < 0 ? NULL : PyLong_FromSsize_t(done);
 }
 
+/* ---------------------------------------------------------------- the momentum observer
+ *
+ * observe() is one step of rb_dynamics.control.MomentumObserver (see its docstring), its
+ * arithmetic in C: the numpy form costs a dozen array operations per joint state, this one
+ * call. rows (10, nv) holds [p, C^T v, g, tau_f, tau_m] of this state (rows 0-4) and of the
+ * previous one (5-9); the caller writes tau_f (row 3: the friction law stays in Python). It
+ * fills rows 0-2 from the momentum kernel at (q, v) and row 4 = effort - offset; then, unless
+ * coefficients is None (a first state), e dt = coefficients . rows and
+ * r = a * r + b * (e dt), in place. Returns -1 when r is not finite (rows not rolled: the
+ * caller restarts), else rolls rows 0-4 into 5-9 and returns 0 (first state), 1, or 2 when some
+ * |r_j| > thresholds_j. Each array must be float64, C-contiguous, of its size.
+ */
+
+enum { MOMENTUM = 5 }; /* index into KernelsObject.k */
+
+static double *observe_vector(PyObject *obj, const char *name, Py_ssize_t n, int writable)
+{
+    PyArrayObject *arr = (PyArrayObject *)obj;
+    if (!PyArray_Check(obj) || PyArray_TYPE(arr) != NPY_DOUBLE ||
+        !PyArray_IS_C_CONTIGUOUS(arr) || PyArray_SIZE(arr) != n ||
+        (writable && !PyArray_ISWRITEABLE(arr))) {
+        PyErr_Format(PyExc_ValueError, "observe: %s must be a C-contiguous%s float64 array of "
+                     "%zd values", name, writable ? " writable" : "", n);
+        return NULL;
+    }
+    return (double *)PyArray_DATA(arr);
+}
+
+static PyObject *m_observe(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+{
+    KernelsObject *self = (KernelsObject *)op;
+    if (nargs != 10) {
+        PyErr_Format(PyExc_TypeError, "observe() takes 10 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    if (!self->ready || !self->k[MOMENTUM].one) {
+        PyErr_SetString(PyExc_ValueError, "observe: no momentum kernel");
+        return NULL;
+    }
+    Kernel *k = &self->k[MOMENTUM];
+    Py_ssize_t n = k->out_n;
+    double *q, *v, *effort, *offset, *rows, *c = NULL, *a, *b, *r, *thresholds;
+    if (!(q = observe_vector(args[0], "q", k->size[0], 0)) ||
+        !(v = observe_vector(args[1], "v", n, 0)) ||
+        !(effort = observe_vector(args[2], "effort", n, 0)) ||
+        !(offset = observe_vector(args[3], "offset", n, 0)) ||
+        !(rows = observe_vector(args[4], "rows", 10 * n, 1)) ||
+        (args[5] != Py_None && !(c = observe_vector(args[5], "coefficients", 10, 0))) ||
+        !(a = observe_vector(args[6], "a", n, 0)) || !(b = observe_vector(args[7], "b", n, 0)) ||
+        !(r = observe_vector(args[8], "r", n, 1)) ||
+        !(thresholds = observe_vector(args[9], "thresholds", n, 0)))
+        return NULL;
+    const double *in[2] = {q, v};
+    k->one(in, rows);
+    for (Py_ssize_t j = 0; j < n; j++)
+        rows[4 * n + j] = effort[j] - offset[j];
+    int over = 0;
+    if (c != NULL) {
+        for (Py_ssize_t j = 0; j < n; j++) {
+            double w = 0.0;
+            for (int i = 0; i < 10; i++)
+                w += c[i] * rows[i * n + j];
+            r[j] = a[j] * r[j] + b[j] * w;
+        }
+        if (!all_finite(r, n))
+            return PyLong_FromLong(-1);
+        for (Py_ssize_t j = 0; j < n; j++)
+            over |= fabs(r[j]) > thresholds[j];
+    }
+    memcpy(rows + 5 * n, rows, sizeof(double) * (size_t)(5 * n));
+    return PyLong_FromLong(c == NULL ? 0 : 1 + over);
+}
+
 static PyMethodDef kernels_methods[] = {
     {"rnea", (PyCFunction)(void (*)(void))m_rnea, METH_FASTCALL | METH_KEYWORDS,
      "rnea(q, v, a, f_ext=None): inverse dynamics tau = M a + C v + g."},
@@ -688,6 +761,10 @@ static PyMethodDef kernels_methods[] = {
      "aba(q, v, tau, f_ext=None): forward dynamics."},
     {"momentum_terms", (PyCFunction)(void (*)(void))m_momentum_terms,
      METH_FASTCALL | METH_KEYWORDS, "momentum_terms(q, v): rows M v, C^T v, g (3, nv)."},
+    {"observe", (PyCFunction)(void (*)(void))m_observe, METH_FASTCALL,
+     "observe(q, v, effort, offset, rows, coefficients, a, b, r, thresholds)\n"
+     "One momentum observer step in place (rb_dynamics.control.MomentumObserver): -1 when r\n"
+     "is not finite, else 0 (a first state: coefficients None), 1, or 2 (a threshold passed)."},
     {"rollout", (PyCFunction)(void (*)(void))m_rollout, METH_FASTCALL,
      "rollout(Q, V, A, hit, tau, dt, integrator, damping, friction, lower, upper, law)\n"
      "N = len(A) steps from Q[0], V[0] into the rows of Q, V (N+1, nv), A and hit (N, nv);\n"

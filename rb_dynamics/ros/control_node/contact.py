@@ -135,6 +135,7 @@ class ContactMonitor:
             _per_joint(settings["contact.effort_uncertainty"] or [0.0], n,
                        "contact.effort_uncertainty"),
             settings["contact.uncertainty_factor"], latch=settings["contact.reaction"] != "none")
+        detector.watch(observer)
         link = settings["contact.wrench_link"] or default_payload_link(model)
         try:
             return _Parts(controller, observer, detector, LinkWrench(model, link), "")
@@ -196,7 +197,7 @@ class ContactMonitor:
             return
         self.problem = ""
         estimate = observer.estimate
-        if self.latched is None:
+        if self.latched is None and parts.detector.needed(observer.over):
             collision = parts.detector.check(stamp_ns * 1e-9, estimate)
             if collision is not None:
                 self._collide(collision, controller, stamp_ns)
