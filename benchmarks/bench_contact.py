@@ -15,6 +15,10 @@
    while the observer keeps the URDF's (detections per minute, the largest |r| per joint).
 5. Cost: the observer and the detector per joint state (C kernels), against the computed-torque
    law's own cost per state in the same run.
+6. What the control node's contact monitor adds per joint state (its hook on the loop's thread:
+   the efforts by name, the stamp, the observer, the detector, publishing at 100 Hz), on a
+   ControlNode in this process fed states directly (no executor thread: no GIL waits), beside
+   the loop's own state update and command (``JointController.update_state``, ``compute``).
 
     python benchmarks/bench_contact.py [--minutes 10] [--json out.json] [--plot docs/contact.png]
 
@@ -174,6 +178,60 @@ def plot(path: Path) -> None:
     print(f"plot: {path}")
 
 
+def hook_cost(states: int = 5000) -> dict:
+    """µs per state of ``ContactMonitor._on_state`` and of the loop's own work (best of 5)."""
+    import os
+    import random
+
+    os.environ.setdefault("ROS_DOMAIN_ID", str(random.SystemRandom().randint(50, 200)))
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    import rclpy
+    from rclpy.parameter import Parameter
+    from sensor_msgs.msg import JointState
+
+    from rb_dynamics import DEFAULT_URDF
+    from rb_dynamics.ros.control_node.node import ControlNode
+
+    rclpy.init()
+    node = ControlNode(parameter_overrides=[Parameter("urdf_path", value=str(DEFAULT_URDF)),
+                                            Parameter("mode", value="computed_torque")])
+    try:
+        deadline = time.monotonic() + 120.0
+        while time.monotonic() < deadline and (
+                node.loop.controller is None or node.model_loader.dynamics.kind != "c"):
+            rclpy.spin_once(node, timeout_sec=0.05)
+        controller = node.loop.controller
+        q = np.array([0.1, -1.2, 1.3, -0.6, 0.8, 0.2])
+        msg = JointState(name=controller.joints, position=q.tolist(), velocity=[0.3] * 6,
+                         effort=controller.law.dynamics.gravity(q).tolist())
+        count = [0]
+
+        def state():
+            count[0] += 1
+            msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(
+                10**12 + count[0] * 1_000_000, 1_000_000_000)
+            controller.update_state(msg.name, msg.position, msg.velocity, 0.0)
+
+        def best(work, before=None) -> float:
+            runs = []
+            for _ in range(5):
+                total = 0.0
+                for _ in range(states):
+                    if before is not None:
+                        before()
+                    started = time.perf_counter()
+                    work()
+                    total += time.perf_counter() - started
+                runs.append(total / states)
+            return 1e6 * min(runs)
+
+        return {"hook": best(lambda: node.contact._on_state(msg, controller), state),
+                "update_state": best(state), "compute": best(lambda: controller.compute(0.0))}
+    finally:
+        node.destroy_node()
+        rclpy.shutdown()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=10.0)
@@ -199,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
             report[f"push {robot} {substeps}"] = f
             print(f"   {robot:<12} physics 1/{substeps} ms: |r - JtF|/|JtF| ≤ "
                   f"{f['tau_error']:.3f}; "
-                  f"detected after {f['delay_ms']} ms ({len(f['detections'])} detection(s)); "
+                  f"detected after {f['delay_ms']:.1f} ms ({len(f['detections'])} detection(s)); "
                   + "; ".join(f"{m}: |F| ±{f[m]['magnitude']:.3f}, ≤ {f[m]['angle_deg']:.2f}°, "
                               f"published {100 * f[m]['published']:.0f} %" for m in ("force",
                                                                                      "wrench")))
@@ -219,6 +277,11 @@ def main(argv: list[str] | None = None) -> int:
               f"friction law {c['friction']:.1f} µs, the momentum kernel {c['kernel']:.1f} µs); "
               f"the computed-torque law {c['law']:.1f} µs (ratio "
               f"{c['observer'] / c['law']:.2f})")
+    c = hook_cost()
+    report["node cost"] = c
+    print(f"6. the control node's contact monitor (bundled arm): {c['hook']:.1f} µs per state; "
+          f"the loop's own state update {c['update_state']:.1f} µs and command "
+          f"{c['compute']:.1f} µs")
     if args.json:
         args.json.write_text(json.dumps(report, indent=1, default=str))
     return 0

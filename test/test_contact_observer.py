@@ -273,3 +273,42 @@ def test_a_push_at_the_tool_in_fast_motion(robot):
     assert len(run.detections) == 1, [d.describe() for d in run.detections]
     delay = run.detections[0].time - PUSH_START
     assert 0.0 < delay <= 0.02, delay
+
+
+@pytest.mark.parametrize("robot", ["default_arm", "panda"])
+def test_no_false_detection_in_fast_motion(robot):
+    """20 s of the fast motion without contact, the simulator's model the observer's: nothing
+    detected, every estimate under a third of its threshold (benchmarks/bench_contact.py runs
+    10 minutes)."""
+    rig = ContactRig(robot, seed=3, substeps=1)
+    run = rig.run(20.0, record=False)
+    assert not run.detections, [d.describe() for d in run.detections]
+    assert run.largest.max() < 2.0 / 3, run.largest
+
+
+def test_the_observer_costs_less_than_the_control_law(arm):
+    """Per joint state, measured in this run (best of 5): the observer and the detector cost
+    less than the computed-torque law they run beside, plus the model's friction law (a numpy
+    function the observer calls: the bundled arm has friction)."""
+    import timeit
+
+    rig = ContactRig("default_arm")
+    q, v = rig.q0 + 0.1, np.linspace(-1.0, 1.0, 6)
+    effort = rig.dyn.gravity(q)
+    observer = rig.observer()
+    detector = rig.detector()
+    detector.watch(observer)
+    clock = [0.0]
+
+    def observe():
+        clock[0] += 1e-3
+        if observer.update(clock[0], q, v, effort) and detector.needed(observer.over):
+            detector.check(clock[0], observer.estimate)
+
+    def best(fn):
+        return min(timeit.repeat(fn, number=2000, repeat=5)) / 2000
+
+    law = best(lambda: rig.law.effort(q, v, q + 0.01, v, np.zeros(6)))
+    friction = best(lambda: friction_compensation(rig.model, v))
+    cost = best(observe)
+    assert cost < law + friction, (cost, law, friction)

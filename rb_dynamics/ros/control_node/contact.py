@@ -12,8 +12,11 @@ reaction to them (docs/contact.md).
 ``ContactMonitor`` runs on the control loop's thread, with each joint state the controller took,
 after its command is out (a ``ControlLoop`` state recorder): the momentum observer
 (``control.MomentumObserver``, on the controller's dynamics and payload) and the detector
-(``control.CollisionDetector``). A detection publishes ``~/collision`` and, unless
-``contact.reaction`` is ``none``, latches until ``~/reset_collision``: the reference is dropped
+(``control.CollisionDetector``). When outputs are due it copies the estimate and wakes the
+main executor (a guard condition), which builds the messages, estimates the wrench and
+publishes (the newest due state when it falls behind): the loop's thread does no message work
+but a collision event. A detection publishes ``~/collision`` and, unless ``contact.reaction`` is
+``none``, latches until ``~/reset_collision``: the reference is dropped
 and a goal being followed aborts ("Aborted: collision on ..."), new trajectories and goals are
 refused, and the controller holds the measured position (``hold``), gravity-compensates only
 (``compliant``: the controller's mode is gravity compensation until the reset, which restores
@@ -74,7 +77,7 @@ class _Period:
     """What /diagnostics reports about one period (filled on the loop thread)."""
 
     estimates: int = 0
-    largest: np.ndarray | None = None  # max |estimate| per commanded joint
+    largest: np.ndarray | None = None  # max |estimate| per coordinate of the model
     compute_total: float = 0.0
     compute_max: float = 0.0
     wrenches: int = 0
@@ -103,6 +106,10 @@ class ContactMonitor:
         node.create_service(Trigger, "~/reset_collision", self._on_reset)
         node.add_on_set_parameters_callback(self._on_set_parameters)
         node.create_timer(1.0, self.publish_diagnostics)
+        self._due = node.create_guard_condition(self._publish)  # outputs, on the executor
+        # what the loop's thread hands the executor: (parts, stamp ns), q and the estimate
+        self._pending: tuple[_Parts, int] | None = None
+        self._pending_q, self._pending_r = np.zeros(0), np.zeros(0)
         self._parts: _Parts | None = None
         self._last_q: np.ndarray | None = None  # the controller's last state seen
         self._origin_ns = -2 * DAY_NS
@@ -173,23 +180,25 @@ class ContactMonitor:
         if parts is None:
             return
         observer = parts.observer
-        if len(msg.effort) != len(msg.name):
+        names, efforts = msg.name, msg.effort  # (each message field read is a Python call)
+        if len(efforts) != len(names):
             if not self.problem.startswith("joint_states carry"):
-                self.log.warning(f"joint_states carry {len(msg.effort)} efforts for "
-                                 f"{len(msg.name)} joints: no external effort estimate")
-            self.problem = (f"joint_states carry {len(msg.effort)} efforts for {len(msg.name)} "
+                self.log.warning(f"joint_states carry {len(efforts)} efforts for "
+                                 f"{len(names)} joints: no external effort estimate")
+            self.problem = (f"joint_states carry {len(efforts)} efforts for {len(names)} "
                             "joints: no external effort estimate (the observer needs the "
                             "measured efforts); control goes on")
             observer.reset()
             return
-        stamp_ns = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
+        stamp = msg.header.stamp
+        stamp_ns = stamp.sec * 1_000_000_000 + stamp.nanosec
         if stamp_ns <= 0:
             stamp_ns = self.node.get_clock().now().nanoseconds
         if abs(stamp_ns - self._origin_ns) > DAY_NS:
             self._origin_ns = stamp_ns
         observer.set_payload(controller.law.payload)
         updated = observer.update((stamp_ns - self._origin_ns) * 1e-9, q, controller.v,
-                                  controller.state_reader.model_order(msg.name, msg.effort))
+                                  controller.state_reader.model_order(names, efforts))
         if observer.restarts != self.restarts_told:
             self.restarts_told = observer.restarts
             self.log.warning(observer.problem)
@@ -204,38 +213,47 @@ class ContactMonitor:
         elif self.reaction == "compliant" and controller.mode != "gravity_compensation":
             with self.loop.lock:  # the mode was set meanwhile: compliant until the reset
                 self._enforce(controller)
-        self._publish(parts, stamp_ns, estimate)
-        self._account(parts, estimate, time.perf_counter() - started)
+        if stamp_ns * 1e-9 >= self._next_publish:
+            rate = self.settings["contact.publish_rate"]
+            self._next_publish = stamp_ns * 1e-9 + 1.0 / rate if rate > 0.0 else -math.inf
+            with self.loop.lock:  # copies of this state's values for the executor
+                if len(self._pending_r) != len(estimate):
+                    self._pending_q, self._pending_r = np.zeros(len(q)), np.zeros(len(estimate))
+                self._pending_q[:], self._pending_r[:] = q, estimate
+                self._pending = (parts, stamp_ns)
+            self._due.trigger()
+        period = self._period
+        period.estimates += 1
+        elapsed = time.perf_counter() - started
+        period.compute_total += elapsed
+        period.compute_max = max(period.compute_max, elapsed)
 
-    def _publish(self, parts: _Parts, stamp_ns: int, estimate: np.ndarray) -> None:
-        """~/external_efforts and ~/external_wrench, when due (``contact.publish_rate``)."""
-        now = stamp_ns * 1e-9
-        if now < self._next_publish:
-            return
-        rate = self.settings["contact.publish_rate"]
-        self._next_publish = now + 1.0 / rate if rate > 0.0 else -math.inf
+    def _publish(self) -> None:
+        """On the executor: ~/external_efforts and ~/external_wrench of the state the loop
+        handed over last, and the period's largest estimates (over the published states)."""
+        with self.loop.lock:
+            pending, self._pending = self._pending, None
+            if pending is None:
+                return
+            q, estimate = self._pending_q.copy(), self._pending_r.copy()
+        parts, stamp_ns = pending
         controller, stamp = parts.controller, stamp_of(stamp_ns)
+        period = self._period
+        if period.largest is None or len(period.largest) != len(estimate):
+            period.largest = np.zeros(len(estimate))
+        np.maximum(period.largest, np.abs(estimate), out=period.largest)
         fill_efforts(self._efforts_msg, stamp, controller.joints, estimate[controller.index])
         self.efforts_pub.publish(self._efforts_msg)
         if parts.wrench is None:
             return
         wrench, condition = parts.wrench.estimate(
-            controller.q, estimate, self.settings["contact.min_condition"],
+            q, estimate, self.settings["contact.min_condition"],
             self.settings["contact.wrench_model"] == "force")
         self._period.condition = condition
         if wrench is not None:
             fill_wrench(self._wrench_msg, stamp, parts.wrench.link, wrench)
             self.wrench_pub.publish(self._wrench_msg)
             self._period.wrenches += 1
-
-    def _account(self, parts: _Parts, estimate: np.ndarray, elapsed: float) -> None:
-        period = self._period
-        period.estimates += 1
-        magnitude = np.abs(estimate[parts.controller.index])
-        period.largest = magnitude if period.largest is None else np.maximum(period.largest,
-                                                                             magnitude)
-        period.compute_total += elapsed
-        period.compute_max = max(period.compute_max, elapsed)
 
     def _collide(self, collision: Collision, controller: JointController, stamp_ns: int) -> None:
         """A detection: the event, the log and, unless ``none``, the reaction (latched)."""
@@ -326,9 +344,10 @@ class ContactMonitor:
             joints = parts.controller.joints
             values["thresholds"] = ", ".join(f"{j} {t:.3g}" for j, t in
                                              zip(joints, parts.detector.thresholds))
-            if period.largest is not None:
-                values["max |external effort|"] = ", ".join(
-                    f"{j} {e:.3g}" for j, e in zip(joints, period.largest))
+            if period.largest is not None and len(period.largest) == parts.controller.model.nv:
+                values["max |external effort| (published)"] = ", ".join(
+                    f"{j} {e:.3g}" for j, e in zip(joints,
+                                                   period.largest[parts.controller.index]))
             values["wrench link"] = parts.wrench.link if parts.wrench else parts.wrench_problem
             values["wrenches published per s"] = str(period.wrenches)
             values["wrench condition (last)"] = f"{period.condition:.3g}"
