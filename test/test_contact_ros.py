@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pinocchio as pin
 import pytest
-from diagnostic_msgs.msg import DiagnosticStatus
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from geometry_msgs.msg import WrenchStamped
 from pin_oracle import arm_torques, pinocchio_arm
 from ros_harness import control_node, fresh_name, simulator
@@ -270,8 +270,11 @@ def test_missing_and_nan_efforts(tmp_path):
                                    "state_timeout": 2.0, "contact.publish_rate": 0.0},
                         name=fresh_name("rb_dynamics_contact_input"), state_qos=100)
     estimates = node.received(JointState, "~/external_efforts")
-    statuses = node.statuses
-    statuses()  # subscribed from now on
+    diagnostics = node.received(DiagnosticArray, "/diagnostics")
+
+    def contact_statuses() -> list:
+        return [s for _, array in diagnostics for s in array.status
+                if s.hardware_id == f"{node.name}: contact"]
     try:
         gravity = arm_torques(DEFAULT_URDF, JOINTS, Q0)
         step = [0]
@@ -293,7 +296,7 @@ def test_missing_and_nan_efforts(tmp_path):
         assert node.wait_for(lambda: node.commands or send([]) or False, 30.0), node.output()
         stream([], 2.5)
         assert node.commands and not estimates, node.output()
-        contact = [s for _, s in statuses() if s.name.endswith(": contact")]
+        contact = contact_statuses()
         assert contact and "carry 0 efforts" in contact[-1].message, contact
         assert contact[-1].level == DiagnosticStatus.WARN
         stream(gravity.tolist(), 0.5)

@@ -365,7 +365,8 @@ class ContactMonitor:
         elif parts is None or period.estimates == 0:
             level, message = DiagnosticStatus.WARN, "no estimate: no joint state taken"
         item = status(self.node.get_name(), level, message, values)
-        item.name = f"{self.node.get_name()}: contact"
+        # its own hardware_id: a monitor reading "the node's status" gets the controller's
+        item.name = item.hardware_id = f"{self.node.get_name()}: contact"
         array = DiagnosticArray(status=[item])
         array.header.stamp = self.node.get_clock().now().to_msg()
         self.diagnostics_pub.publish(array)
