@@ -50,6 +50,9 @@ setup(
     ],
     # numpy and scipy are dependencies of the ROS package (package.xml): rosdep installs them
     install_requires=["setuptools"],
+    # system identification of the whole arm (rb_dynamics_identify): bags without ROS and the
+    # semidefinite program of the consistent parameters; the nodes and the engine run without
+    extras_require={"identification": ["rosbags", "cvxpy", "clarabel"]},
     zip_safe=False,  # a compiled extension
     maintainer="Seed 50c174e3 maintainers",
     maintainer_email="maintainers@users.noreply.a-seed-50c174e3.example",
@@ -62,6 +65,7 @@ setup(
             "rb_simulator = rb_dynamics.ros.simulator_node.node:main",
             "rb_reference = rb_dynamics.demo.reference_publisher:main",
             "rb_dynamics_main_job = rb_dynamics.demo.main_job:main",
+            "rb_dynamics_identify = rb_dynamics.ros.identification.cli:main",
         ],
     },
 )

@@ -366,7 +366,7 @@ class Session:
         """On ``topic``, or where the controller hears joint states."""
         self.publisher(JointState, topic or self.states_topic, self.state_qos).publish(msg)
 
-    def command_after(self, names, q, v=None, timeout: float = 8.0,
+    def command_after(self, names, q, v=None, timeout: float = 30.0,
                       stamp_ns: int = 0) -> np.ndarray | None:
         """Send the same state until commands answer it; the command answering it, or None."""
         commands = self.commands

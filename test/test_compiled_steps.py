@@ -2,10 +2,12 @@
 """The compiled roll-out (``simulation.compiled_steps``, ``Kernels.rollout`` in _ckernels.c)
 against the reference ``simulation.step``, and its use by ``Simulator`` and ``~/simulate``.
 
-Models: panda (mimic finger, joint damping), ur5 (no losses) and the bundled arm
+Models: panda (mimic finger, joint damping), ur5 (no losses), the bundled arm
 (rb_dynamics/urdf/default_arm.urdf: damping and Coulomb friction on every joint, so semi-implicit
-Euler takes the implicit-loss solve). Random states, a third of the joints driven through a
-position limit, both integrators: every step equals the reference's to ≤ 1e-12 relative.
+Euler takes the implicit-loss solve) and the bundled arm with armature and Stribeck friction
+(a dynamics overlay: the dip of the friction law, whose negative slope stays explicit). Random
+states, a third of the joints driven through a position limit, both integrators: every step
+equals the reference's to ≤ 1e-12 relative.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from rb_dynamics.dynamics import (
     kernel_cache,
     make_dynamics,
 )
-from rb_dynamics.model import load_model
+from rb_dynamics.model import DynamicsOverlay, apply_overlay, load_model
 from rb_dynamics.ros.control_node.dynamics_services import RollOut
 from rb_dynamics.simulation import INTEGRATORS, Simulator, compiled_steps, step
 from rb_dynamics_interfaces.srv import Simulate
@@ -44,10 +46,16 @@ WORST: dict[tuple[str, str], float] = {}
 def _load(name: str):
     if name == "default_arm":
         return load_model(ROOT / "rb_dynamics" / "urdf" / "default_arm.urdf")
+    if name == "overlaid_arm":
+        model = _load("default_arm")
+        joints = {name: {"armature": 0.05 * (6 - k) / 6, "coulomb": 1.0 + k,
+                         "stribeck": 2.0 - 0.2 * k, "stribeck_velocity": 0.3 + 0.1 * k}
+                  for k, name in enumerate(model.actuated_joint_names)}
+        return apply_overlay(model, DynamicsOverlay(joints=joints))
     return load_model(Path(robots_dir(), REAL_ROBOTS[name][0]))
 
 
-@pytest.fixture(scope="module", params=["panda", "ur5", "default_arm"])
+@pytest.fixture(scope="module", params=["panda", "ur5", "default_arm", "overlaid_arm"])
 def arm(request):
     model = _load(request.param)
     return request.param, model, make_dynamics(model, "c")
@@ -214,26 +222,28 @@ def test_bad_arguments_are_refused_without_a_crash(arm):
     rollout = dyn.kernels.rollout
     Q, V, A, hit = np.zeros((3, n)), np.zeros((3, n)), np.zeros((2, n)), np.zeros((2, n), bool)
     tau = np.zeros(n)
-    args = [Q, V, A, hit, tau, 1e-3, 0, None, None, None, None, None]
+    args = [Q, V, A, hit, tau, 1e-3, 0, None, None, None, None, None, None, None]
     assert rollout(*args) == 2
     for position, bad, words in [
         (0, np.zeros((2, n)), "Q must be"), (1, np.zeros((3, n), np.float32), "V must be"),
         (2, np.zeros(n), "A must be"), (3, np.zeros((2, n)), "hit must be"),
         (4, np.zeros(n + 1), "tau must be"), (5, -1.0, "dt must be"), (6, 2, "integrator"),
-        (7, np.zeros(n + 2), "damping must be"), (9, np.zeros(n - 1), "lower must be"),
-        (11, 3, "law must be callable"),
+        (7, np.zeros(n + 2), "damping must be"), (10, None, "stribeck_velocity must be"),
+        (11, np.zeros(n - 1), "lower must be"), (13, 3, "law must be callable"),
     ]:
         wrong = list(args)
+        if position in (7, 10):  # one of the losses given: all four checked
+            wrong[7:11] = [np.zeros(n)] * 4
+        if position == 11:  # one of the stops given: both checked
+            wrong[12] = np.zeros(n)
         wrong[position] = bad
-        if position in (7, 9):  # one of a pair given: both checked
-            wrong[position + 1] = np.zeros(n)
         with pytest.raises((ValueError, TypeError), match=words):
             rollout(*wrong)
     read_only = np.zeros((3, n))
     read_only.flags.writeable = False
     with pytest.raises(ValueError, match="Q must be a C-contiguous writable"):
         rollout(read_only, *args[1:])
-    with pytest.raises(TypeError, match="12 arguments"):
+    with pytest.raises(TypeError, match="14 arguments"):
         rollout(*args[:5])
 
 

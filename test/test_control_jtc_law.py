@@ -434,3 +434,41 @@ def test_a_restarted_trajectory_rejoins_the_motion_from_the_measured_state():
     assert late.end_time == pytest.approx(11.9 + STEP_TIME)
     np.testing.assert_allclose(late.sample(late.end_time)[0], sampler.positions[-1])
     assert sampler.restarted(12.0, q, v) is None
+
+
+@pytest.mark.parametrize("fields", ["p", "pv", "pva", "pvae"])
+def test_a_restart_is_the_sampler_a_new_trajectory_of_the_points_left_would_be(fields):
+    """``restarted`` slices the old sampler's arrays instead of building points (it runs on
+    the loop thread, for up to 10,000 points): the same sampler as one built from the points
+    still due, at every instant, efforts included; its first segment alone is checked."""
+    from rb_dynamics.control.trajectory import STEP_TIME
+
+    rng = np.random.default_rng(3)
+    n, count = 3, 400
+    rows = rng.uniform(-1, 1, (count, 4, n))
+    wrap = np.array([True, False, False])
+
+    def point(k, time):
+        return TrajectoryPoint(time, rows[k, 0], *(rows[k, i] if f in fields else None
+                                                   for i, f in ((1, "v"), (2, "a"), (3, "e"))))
+
+    sampler = TrajectorySampler([point(k, 0.01 * (k + 1)) for k in range(count)], 5.0,
+                                np.zeros(n), np.zeros(n), wrap)
+    q, v = np.array([3.0, 0.1, -0.2]), np.array([0.3, 0.0, -0.1])
+    now = 6.234
+    again = sampler.restarted(now, q, v, wrap)
+    due = [k for k in range(count) if 0.01 * (k + 1) >= now - 5.0 + STEP_TIME - 1e-12]
+    built = TrajectorySampler([point(k, max(0.01 * (k + 1) - (now - 5.0), STEP_TIME))
+                               for k in due], now, q, v, wrap)
+    for t in np.linspace(now - 0.1, sampler.end_time + 0.1, 997):
+        for mine, theirs in zip(again.sample(t), built.sample(t)):
+            np.testing.assert_allclose(mine, theirs, rtol=1e-12, atol=1e-12)
+        if "e" in fields:
+            np.testing.assert_allclose(again.sample_effort(t), built.sample_effort(t),
+                                       rtol=1e-12, atol=1e-12)
+        else:
+            assert again.sample_effort(t) is None and built.sample_effort(t) is None
+    first = again.first_segment()
+    assert len(first.times) == 2 and first.end_time == again.start_time + again.times[1]
+    for t in np.linspace(now, first.end_time, 50):
+        np.testing.assert_allclose(first.sample(t)[0], again.sample(t)[0], rtol=1e-12, atol=1e-12)

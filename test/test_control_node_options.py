@@ -138,7 +138,7 @@ def test_a_floating_base_model_serves_and_publishes_no_efforts(tmp_path):
         model = load_model(solo, floating_base=True)
         actuated = [n for n in model.joint_names if n != "root_joint"]
         assert node.wait_for(
-            lambda: any("floating base" in s.message for _, s in node.statuses()), 5.0), \
+            lambda: any("floating base" in s.message for _, s in node.statuses()), 30.0), \
             node.output()
         for _ in range(20):
             node.send_state(actuated, np.zeros(len(actuated)))

@@ -68,3 +68,133 @@ def test_the_effective_inertia_is_at_most_the_diagonal():
     M = np.array([[2.0, 0.5], [0.5, 0.4]])
     m = S.effective_inertia(M)
     assert np.all(m <= np.diag(M)) and m[1] == pytest.approx(0.4 - 0.25 / 2.0)
+
+
+def simulate_pid(kp: float, kd: float, ki: float, period: float, steps: int = 40000) -> float:
+    """|e| at the end (from e = 1 at rest) of the sampled loop with integral action as the law
+    runs it: i ← i + ki e T on each state, u = −kp e − kd e' − i applied one period later."""
+    e, v, u, i = 1.0, 0.0, 0.0, 0.0
+    for _ in range(steps):
+        i += ki * e * period
+        e, v, u = e + period * v + 0.5 * period**2 * u, v + period * u, -kp * e - kd * v - i
+        if abs(e) > 1e6:
+            return abs(e)
+    return abs(e)
+
+
+@pytest.mark.parametrize("period", [1e-3, 1e-2])
+@pytest.mark.parametrize("kp_share, kd_period", [(0.3, 0.05), (0.6, 0.4), (0.2, 0.8)])
+def test_the_integral_bound_separates_decay_from_growth(period, kp_share, kd_period):
+    """max_stable_ki against a simulation of the loop: just under the bound the error decays,
+    just over it grows."""
+    kd = kd_period / period
+    kp = kp_share * S.max_stable_kp(kd, period)
+    bound = S.max_stable_ki(kp, kd, period)
+    assert bound > 0.0
+    assert simulate_pid(kp, kd, 0.97 * bound, period) < 1.0
+    assert simulate_pid(kp, kd, 1.03 * bound, period, steps=400_000) > 1.0
+    text = S.gain_bound_violation([kp], [kd], period, ["j"], ki=[1.1 * bound])
+    assert text.startswith(f"ki {1.1 * bound:g} with kp {kp:g} and kd {kd:g} on j makes the "
+                           "sampled loop unstable: ki < "), text
+    assert S.gain_bound_violation([kp], [kd], period, ["j"], ki=[0.9 * bound]) is None
+
+
+def test_impedance_gains_are_critically_damped_on_each_inertia():
+    k, d = S.impedance_gains([2.0, 1e-4], 2.0)
+    omega = 2 * np.pi * 2.0
+    np.testing.assert_allclose(k, [2.0 * omega**2, 1e-4 * omega**2])
+    np.testing.assert_allclose(d, [4.0 * omega, 2e-4 * omega])
+    k, d = S.impedance_gains([2.0, 1e-4], 2.0, stiffness=[50.0, 0.01])
+    np.testing.assert_allclose(d, 2 * np.sqrt([100.0, 1e-6]))
+    # every joint's loop is then the same, whatever its inertia: stable at 1 kHz and 50 Hz
+    for period in (1e-3, 2e-2):
+        assert S.gain_bound_violation(*S.impedance_gains([2.0, 1e-4], 2.0), period, ["a", "b"],
+                                      inertia=[2.0, 1e-4]) is None
+
+
+def test_the_guard_checks_after_the_period_is_measured_and_when_it_drifts():
+    """StabilityGuard on a JointController: kp, kd stable at 1 kHz and not at 50 Hz."""
+    from rb_dynamics import DEFAULT_URDF
+    from rb_dynamics.control import JointController
+    from rb_dynamics.model import load_model
+
+    model = load_model(DEFAULT_URDF)
+    controller = JointController(model, mode="computed_torque", kp=2000.0, kd=80.0,
+                                 max_state_age=0.1)
+    guard = S.StabilityGuard()
+    t = 0.0
+    for _ in range(S.StabilityGuard.SETTLE + 50):  # 1 kHz: stable
+        t += 1e-3
+        assert guard.observe(controller, t) is None
+    assert guard.period == pytest.approx(1e-3)
+    slow, problem = 0, None
+    while problem is None and slow < 400:  # the driver slows to 50 Hz
+        t += 2e-2
+        slow += 1
+        problem = guard.observe(controller, t)
+    assert problem is not None and "on shoulder_pan_joint makes the sampled loop unstable" \
+        in problem, problem
+    assert slow <= S.StabilityGuard.WINDOW, slow  # found once most recent gaps are slow
+    controller.set_gains(kp=50.0, kd=10.0)  # gains for 50 Hz: checked with the next state
+    guard.recheck()
+    assert guard.observe(controller, t + 2e-2) is None
+    # a publish-rate limit lengthens the loop's period
+    guard.min_period = 0.5
+    guard.recheck()
+    assert "kd 10 on shoulder_pan_joint" in guard.observe(controller, t + 4e-2)
+
+
+def test_a_node_does_not_command_with_gains_its_driver_rate_cannot_take(tmp_path):
+    """Gains set at start-up (never checked before: only a change at run time was): kp 2000,
+    kd 80 are stable at 1 kHz, not at the 50 Hz this driver publishes at (kd < 1/T = 50).
+    After the first states the node stops commanding (its stop command once), says why with
+    the bound, and rejects goals; gains within the bound are taken and it commands again."""
+    import time
+
+    from control_msgs.action import FollowJointTrajectory
+    from rclpy.action import ActionClient
+    from ros_harness import control_node, fresh_name
+    from trajectory_msgs.msg import JointTrajectoryPoint
+
+    from rb_dynamics import DEFAULT_URDF
+    from rb_dynamics.model import load_model
+
+    joints = load_model(DEFAULT_URDF).actuated_joint_names
+    q = np.array([0.3, -1.0, 1.2, -0.6, 0.4, 0.2])
+    node = control_node(tmp_path, {"urdf_path": str(DEFAULT_URDF), "mode": "computed_torque",
+                                   "kp": [2000.0], "kd": [80.0], "state_timeout": 0.5},
+                        name=fresh_name("rb_dynamics_rate"))
+    try:
+        commands = node.commands
+        stream = node.stream_states(joints, q, 0.02)
+        assert node.wait_for_log("makes the sampled loop unstable", 30.0), node.output()
+        assert "with kd 80 on shoulder_pan_joint makes the sampled loop unstable: kp < " \
+            in node.output() or "kd 80 on shoulder_pan_joint makes the sampled loop unstable: " \
+            "kd < " in node.output(), node.output()
+        assert node.wait_for_log("unstable gains: stop command 'gravity'", 5.0), node.output()
+        node.settle(commands)
+        stopped = len(commands)
+        node.peer.spin_for(1.0)  # 50 states: none commanded
+        assert len(commands) == stopped, node.output()
+        client = ActionClient(node.peer.node, FollowJointTrajectory,
+                              f"/{node.name}/follow_joint_trajectory")
+        assert client.wait_for_server(timeout_sec=30.0)
+        goal = FollowJointTrajectory.Goal()
+        goal.trajectory.joint_names = list(joints)
+        point = JointTrajectoryPoint(positions=[float(x) for x in q + 0.1])
+        point.time_from_start.sec = 2
+        goal.trajectory.points = [point]
+        sent = client.send_goal_async(goal)
+        assert node.wait_for(sent.done, 10.0) and not sent.result().accepted
+        assert node.wait_for_log("the controller is not commanding: ", 5.0), node.output()
+        # kd 80 is refused at run time too, naming the measured period
+        result = node.set_parameters(kp=[2000.0], kd=[80.0])
+        assert not result.successful and "makes the sampled loop unstable" in result.reason, \
+            result
+        assert node.set_parameters(kp=[100.0], kd=[20.0]).successful  # kd T 0.4: stable
+        began = time.monotonic()
+        assert node.wait_for(lambda: len(commands) > stopped + 10, 10.0), node.output()
+        print(f"commanding again {time.monotonic() - began:.2f} s after stable gains")
+        stream.stop()
+    finally:
+        node.close()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ from rb_dynamics import DEFAULT_URDF
 from rb_dynamics.control import CONTROL_MODES
 from rb_dynamics.dynamics import CONSTRAINT_TYPES
 from rb_dynamics.dynamics.constraints import SOLVERS
-from rb_dynamics.model import load_model
+from rb_dynamics.model import DynamicsOverlay, load_model, write_overlay
 from rb_dynamics.model.urdf import MAX_MAGNITUDE
 from rb_dynamics.ros import parameter_docs
 from rb_dynamics.ros.constraint_parameters import PREFIX
@@ -43,6 +44,9 @@ from rb_dynamics.simulation import DEFAULT_BANDWIDTH, DEFAULT_DAMPING_RATIO, INT
 
 ROOT = Path(__file__).resolve().parents[1]
 JOINTS = load_model(DEFAULT_URDF).actuated_joint_names
+# an overlay file both nodes take for the bundled arm (dynamics_overlay)
+OVERLAY = Path(tempfile.mkdtemp(prefix="rb_dynamics_overlay_")) / "overlay.yaml"
+write_overlay(DynamicsOverlay(joints={JOINTS[0]: {"armature": 0.01, "coulomb": 0.5}}), OVERLAY)
 NODES = {  # the node's own name: its package, its shipped file, how to start it
     "rb_dynamics": ("control_node", "rb_dynamics.yaml", control_node),
     "rb_simulator": ("simulator_node", "simulator.yaml", simulator),
@@ -57,10 +61,14 @@ SPECIAL: dict[str, Any] = {
     "initial_positions": [0.35, 0.5, 0.4, 0.3, -0.2, 0.1],
     "damping": [0.5] * len(JOINTS),
     "friction": [0.25] * len(JOINTS),
+    "dynamics_overlay": str(OVERLAY),
+    "publish_jitter": 1e-3,  # the rules' values (0, 1) are outside its bounds
     "servo_gain_joints": ["wrist_1_joint"],
     "servo_kp": [150.0],
     "servo_kd": [6.0],
     "ki": [0.5],
+    "impedance.stiffness": [50.0],
+    "impedance.damping": [5.0],
     "max_publish_rate": 100.0,  # a period within state_timeout (a longer one is refused)
     "payload.link": "tool0",
     "payload.com": [0.0, 0.0, 0.05],

@@ -4,10 +4,15 @@ naming the place."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
+from pin_oracle import REAL_ROBOTS, robots_dir
 
 from rb_dynamics import DEFAULT_URDF
+from rb_dynamics.control import ControllerError, JointController, swap_dynamics
+from rb_dynamics.dynamics import friction_effort, make_dynamics
 from rb_dynamics.model import (
     DynamicsOverlay,
     OverlayError,
@@ -77,3 +82,30 @@ def test_an_overlay_naming_another_robots_joints_is_refused():
     overlay = DynamicsOverlay(joints={"panda_joint1": {"armature": 0.1}}, robot="panda")
     with pytest.raises(OverlayError, match="panda_joint1"):
         apply_overlay(MODEL, overlay)
+
+
+def test_a_controller_takes_an_overlaid_models_dynamics_and_keeps_its_reference():
+    """``control.swap_dynamics``: the next effort is the overlaid robot's (computed torque
+    with the armature, friction compensation with its friction) toward the same reference;
+    another robot is refused and nothing changes."""
+    overlaid = apply_overlay(MODEL, DynamicsOverlay(joints={name: {
+        "armature": 0.2, "coulomb": 1.5, "stribeck": 0.7, "stribeck_velocity": 0.1}
+        for name in MODEL.actuated_joint_names}))
+    controller = JointController(MODEL, mode="computed_torque", kp=50.0, kd=10.0,
+                                 friction_compensation=True, dynamics=make_dynamics(MODEL))
+    q, v = np.full(6, 0.3), np.full(6, 0.05)
+    controller.state_reader.read(MODEL.joint_names, q.tolist(), v.tolist())
+    controller.q, controller.v = q + 0.1, v  # holds q + 0.1 from here
+    controller.effort(q + 0.1, v, 0.0)
+    swap_dynamics(controller, make_dynamics(overlaid, "reference"))
+    assert controller.model is overlaid and controller.hold_position is not None
+    tau, _ = controller.effort(q, v, 0.0)
+    a = 50.0 * 0.1 - 10.0 * v  # toward the held position, at rest
+    expected = make_dynamics(overlaid, "reference").rnea(q, v, a)
+    np.testing.assert_allclose(tau, expected + friction_effort(overlaid, np.zeros(6)),
+                               rtol=1e-12)
+    assert np.abs(expected - make_dynamics(MODEL, "reference").rnea(q, v, a)).max() > 0.1
+    other = load_model(Path(robots_dir(), REAL_ROBOTS["ur5"][0]))  # the same joint names
+    with pytest.raises(ControllerError, match="is not the controller's robot"):
+        swap_dynamics(controller, make_dynamics(other, "reference"))
+    assert controller.model is overlaid

@@ -26,6 +26,7 @@ from .joint_controller import (
     JointStateReader,
     holding_effort,
     restart_trajectory,
+    swap_dynamics,
 )
 from .law import (
     CONTROL_MODES,
@@ -34,7 +35,6 @@ from .law import (
     ControllerError,
     check_gains,
     clamp_effort,
-    friction_compensation,
     position_error,
     wrap_angle,
 )
@@ -92,10 +92,10 @@ __all__ = [
     "clamp_effort",
     "evaluate_spline",
     "feasibility_report",
-    "friction_compensation",
     "holding_effort",
     "position_error",
     "restart_trajectory",
+    "swap_dynamics",
     "shortest_way_start",
     "soft_limit_effort_bounds",
     "spline_coefficients",

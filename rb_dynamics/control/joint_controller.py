@@ -32,7 +32,7 @@ from .trajectory import (
 from .velocity import MissingVelocity
 
 __all__ = ["ControlOutput", "JointController", "JointStateReader", "holding_effort",
-           "restart_trajectory"]
+           "restart_trajectory", "swap_dynamics"]
 
 _NO_CONTEXT = contextlib.nullcontext()
 
@@ -198,11 +198,29 @@ def restart_trajectory(controller: JointController, now: float) -> bool:
         sampler = old.restarted(now, controller.q.copy(), controller.v.copy(),
                                 controller.law.continuous)
         if sampler is not None and controller.refuse_infeasible:
-            _refuse_infeasible(controller.model, sampler)
+            # the segments after the first are the old reference's, checked when it came
+            _refuse_infeasible(controller.model, sampler.first_segment())
     except (ControllerError, TrajectoryError):
         return False
     controller.trajectory = sampler
     return sampler is not None
+
+
+def swap_dynamics(controller: JointController, dynamics: Dynamics) -> None:
+    """Make ``controller`` compute with ``dynamics`` from its next effort on: the dynamics of
+    the same robot with other joint dynamics (a dynamics overlay: armature, friction, effort
+    offset); the reference, the gains and the integral term go on. ControllerError when
+    ``dynamics.model`` has other joints. Not thread-safe: a control loop calls it under its
+    lock."""
+    model, old = dynamics.model, controller.model
+    same_tree = (model.joint_names == old.joint_names and model.parent == old.parent
+                 and all(np.array_equal(a, b) for a, b in zip(model.X_tree + model.inertia,
+                                                              old.X_tree + old.inertia)))
+    if not (same_tree and np.array_equal(model.effort_limit, old.effort_limit)):
+        raise ControllerError(f"model {model.name!r} is not the controller's robot "
+                              f"({old.name!r}) with other joint dynamics")
+    controller.model = controller.state_reader.model = model
+    controller.law.dynamics = dynamics
 
 
 class JointController:

@@ -3,7 +3,7 @@
 
 One law (``ControlLaw``) serves the control node, ``~/simulate`` and the tests:
 
-- ``gravity_compensation``: τ = g(q) (+ optional viscous and Coulomb friction compensation);
+- ``gravity_compensation``: τ = g(q) (+ optional friction compensation);
 - ``computed_torque``: τ = M(q)(q̈_d + K_d(q̇_d − q̇) + K_p(q_d − q) + i) + C(q, q̇)q̇ + g(q),
   evaluated as one RNEA call with the commanded acceleration;
 - ``impedance``: τ = g(q) + K(q_d − q) + D(q̇_d − q̇) + i, a joint-space spring and damper
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rb_dynamics.dynamics import Dynamics, PayloadEffort
-from rb_dynamics.model import COULOMB_SMOOTHING, Model, check_choice
+from rb_dynamics.dynamics import Dynamics, PayloadEffort, friction_effort
+from rb_dynamics.model import Model, check_choice
 
 __all__ = [
     "CONTROL_MODES",
@@ -32,7 +32,6 @@ __all__ = [
     "ControllerError",
     "check_gains",
     "clamp_effort",
-    "friction_compensation",
     "position_error",
     "wrap_angle",
 ]
@@ -73,24 +72,6 @@ def clamp_effort(model: Model, tau: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return clipped, clipped != tau
 
 
-def friction_compensation(
-    model: Model,
-    v: np.ndarray,
-    viscous: bool = True,
-    coulomb: bool = True,
-    smoothing_velocity: float = COULOMB_SMOOTHING,
-) -> np.ndarray:
-    """Damping·q̇ + friction·tanh(q̇/ε), N·m or N over v: the URDF <dynamics> losses at
-    velocity ``v``, smoothed through zero as the simulator models them (ε = ``smoothing_velocity``,
-    rad/s or m/s)."""
-    tau = np.zeros(model.nv)
-    if viscous:
-        tau += model.damping * v
-    if coulomb:
-        tau += model.friction * np.tanh(np.asarray(v) / smoothing_velocity)
-    return tau
-
-
 class ControllerError(ValueError):
     """Input the controller refuses; the message says what is wrong and nothing changed."""
 
@@ -109,8 +90,10 @@ class ControlLaw:
       the commanded acceleration (ki in 1/s³, i_clamp in rad/s² or m/s²); in impedance it is
       an effort added to τ (ki in N·m/(rad·s), i_clamp in N·m, or N/(m·s) and N).
 
-    With ``friction_compensation`` the URDF losses are added, at the measured velocity in
-    gravity compensation and at the reference velocity when following a reference:
+    With ``friction_compensation`` the model's joint friction f(q̇) is added
+    (``dynamics.friction_effort``: the URDF's viscous and Coulomb terms, an overlay's Stribeck
+    term; the law the simulator applies), at the measured velocity in gravity compensation and
+    at the reference velocity when following a reference:
     compensating friction from the measured (noisy, a step late) velocity is a high-gain
     positive feedback on light links.
 
@@ -216,7 +199,7 @@ class ControlLaw:
                 tau = tau + feedforward
             v_friction = v_d
         if self.friction_compensation:
-            tau = tau + friction_compensation(model, v_friction)
+            tau = tau + friction_effort(model, v_friction)
         return tau, error
 
 

@@ -37,8 +37,8 @@ does the step's arithmetic (``_ckernels.c``, ``observe``); otherwise numpy does,
 operations (equal to rounding). The model is the caller's ``Dynamics`` (its ``momentum_terms``:
 the armature is in M), a
 payload's share (``rb_dynamics.dynamics.PayloadEffort``) and the model's friction
-(``control.law.friction_compensation``: viscous and Coulomb; the Stribeck term of
-``Model.stribeck_*`` is not in it yet) and effort offset. A state with NaN or inf, a
+(``dynamics.friction_effort``: viscous, Coulomb and Stribeck, the engine's one law; in C its
+``friction_of``) and effort offset. A state with NaN or inf, a
 gap longer than ``max_gap`` or a time that goes back restarts the observer (r = 0, p(0) = the
 next state's p), and ``problem`` says why.
 """
@@ -49,10 +49,10 @@ import math
 
 import numpy as np
 
-from rb_dynamics.dynamics import Dynamics, PayloadEffort
+from rb_dynamics.dynamics import Dynamics, PayloadEffort, friction_effort, has_friction
 from rb_dynamics.model import check_choice
 
-from .law import ControllerError, check_gains, friction_compensation
+from .law import ControllerError, check_gains
 
 __all__ = ["EFFORT_TIMINGS", "MomentumObserver"]
 
@@ -82,7 +82,11 @@ class MomentumObserver:
             raise ControllerError("gains must be > 0 (1/s)")
         self.held = effort_timing == "held"
         self.max_gap = float(max_gap)
-        self.friction = friction and bool(model.damping.any() or model.friction.any())
+        self.friction = friction and has_friction(model)
+        # the law's parameters for observe: [damping; friction; stribeck; stribeck_velocity]
+        self._losses = np.stack([model.damping, model.friction, model.stribeck_friction,
+                                 model.stribeck_velocity]).astype(float) if self.friction \
+            else None
         self.offset = np.array(model.effort_offset, dtype=float)
         self.payload: PayloadEffort | None = None
         self.estimate = np.zeros(n)
@@ -140,12 +144,10 @@ class MomentumObserver:
         elif not abs(dt - self._dt) <= 1e-9 * dt:  # a new state period (or the first)
             self._period(dt)
         rows = self._rows
-        if self.friction:
-            rows[3] = friction_compensation(self.model, v)
         kernels = getattr(self.dynamics, "kernels", None)
         if self.payload is None and kernels is not None and hasattr(kernels, "observe"):
             try:
-                code = kernels.observe(q, v, effort, self.offset, rows,
+                code = kernels.observe(q, v, effort, self.offset, self._losses, rows,
                                        None if first else self._coefficients, self._a, self._b,
                                        self.estimate, self.thresholds)
             except ValueError:  # not float64 arrays of the right sizes: the numpy form
@@ -164,6 +166,8 @@ class MomentumObserver:
         """``observe``'s step with numpy: the same codes (−1 not finite, 0 first, 1, 2 over);
         ValueError from the dynamics for inputs that are not finite gives −1."""
         rows = self._rows
+        if self.friction:
+            rows[3] = friction_effort(self.model, v)
         try:
             rows[0:3] = self.dynamics.momentum_terms(q, v)
             if self.payload is not None:

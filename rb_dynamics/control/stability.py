@@ -32,24 +32,48 @@ and none (kd = 0, marginal already in continuous time) is unstable sampled; kp T
 0 ≤ kd T < 1. The bound with the delay is the tighter one (without it, kd T < 2 and
 kp T < 2 kd): it holds for a driver that applies commands at once too.
 
+With integral action (the law's i ← i + ki e T, added to the command in the same step, so
+I/E = ki T z / (z − 1)) the loop gains a pole, and with c = ki T³
+
+    p(z) = 2z⁴ − 6z³ + (6 + a + 2b + c) z² + (c − 2 − 4b) z + (2b − a),
+
+which is 2 (z − 1) times the cubic above at c = 0. Its roots are found numerically, and the bound
+on ki at given kp, kd (``max_stable_ki``) by bisection on c.
+
 Impedance (τ = K (q_d − q) + D (q̇_d − q̇) + gravity) acts on the arm's inertia, so per joint
 kp = K / m and kd = D / m with m the joint's effective inertia. The smallest one makes the
 largest gains: ``effective_inertia`` takes 1 / (M(q)⁻¹)_jj, the inertia a joint feels with the
-other joints free, which is at most M(q)_jj (the inertia with them locked).
+other joints free, which is at most M(q)_jj (the inertia with them locked). One stiffness for
+every joint cannot suit an arm whose inertias span four decades (a shoulder's kg·m², a bare
+wrist's 10⁻⁴ kg·m²): ``impedance_gains`` gives each joint the spring and damper of a critically
+damped loop at one natural frequency on its own effective inertia, K = m ω², D = 2 m ω (or,
+for a given K, D = 2 √(K m)).
+
+``StabilityGuard`` keeps the check running: it follows the period between joint states and
+checks the controller's active gains (``active_gain_problem``) when they change and whenever
+the period has drifted, so gains set at start-up, a mode switched to and a driver that slows
+down are caught as well as a gain set at run time.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 __all__ = [
     "DEFAULT_STATE_PERIOD",
+    "StabilityGuard",
+    "active_gain_problem",
     "effective_inertia",
     "gain_bound_violation",
+    "impedance_gains",
+    "impedance_gains_for",
+    "integral_loop_stable",
     "max_stable_kd",
+    "max_stable_ki",
     "max_stable_kp",
 ]
 
@@ -71,24 +95,87 @@ def max_stable_kp(kd: float, period: float) -> float:
     return (math.sqrt(9.0 - 8.0 * b) - 3.0 + 2.0 * b) / period**2
 
 
+def integral_loop_stable(kp: float, kd: float, ki: float, period: float) -> bool:
+    """Whether the loop with integral action (module docstring) has every root of p(z)
+    strictly inside the unit circle."""
+    a, b, c = kp * period**2, kd * period, ki * period**3
+    roots = np.roots([2.0, -6.0, 6.0 + a + 2.0 * b + c, c - 2.0 - 4.0 * b, 2.0 * b - a])
+    return bool(np.abs(roots).max() < 1.0 - 1e-12)
+
+
+def max_stable_ki(kp: float, kd: float, period: float) -> float:
+    """ki (1/s³) the loop sampled every ``period`` s with ``kp``, ``kd`` must stay below; 0
+    when kp, kd are not stable themselves. Found by bisection to a relative 1e-6."""
+    if not (kp > 0.0 and kp < max_stable_kp(kd, period)):
+        return 0.0
+    high = kp * kd  # the continuous-time (Routh) bound, which heavy damping lets it pass
+    while integral_loop_stable(kp, kd, high, period):
+        high *= 2.0
+    low = 0.0
+    while high - low > 1e-6 * high:
+        middle = 0.5 * (low + high)
+        low, high = (middle, high) if integral_loop_stable(kp, kd, middle, period) \
+            else (low, middle)
+    return low
+
+
+def impedance_gains(inertia: Sequence[float], frequency: float,
+                    stiffness: Sequence[float] | None = None
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """(K, D) per joint for a critically damped loop on each joint's ``inertia`` (kg·m² or kg,
+    ``effective_inertia``): K = m ω², D = 2 m ω at ω = 2π ``frequency`` (Hz); with
+    ``stiffness`` given, that K and D = 2 √(K m)."""
+    m = np.asarray(inertia, float)
+    if stiffness is None:
+        omega = 2.0 * math.pi * frequency
+        return m * omega**2, 2.0 * m * omega
+    k = np.broadcast_to(np.asarray(stiffness, float), m.shape).copy()
+    return k, 2.0 * np.sqrt(k * m)
+
+
+def impedance_gains_for(controller: Any, frequency: float, stiffness: Sequence[float] | None,
+                        damping: Sequence[float] | None) -> tuple[np.ndarray, np.ndarray]:
+    """(K, D), one per commanded joint of ``controller``: the given ``stiffness`` and
+    ``damping`` (one per commanded joint, or one for all), each one left None taken from
+    ``impedance_gains`` at ``frequency`` (Hz) on the joint's effective inertia at the reference
+    configuration (q = 0, each coordinate at the middle of its limits where 0 is outside
+    them): the same gains however the arm stands when the controller is built."""
+    model, index = controller.model, controller.index
+    q = np.zeros(model.nq)
+    outside = (model.position_lower > 0.0) | (model.position_upper < 0.0)
+    q[outside] = 0.5 * (model.position_lower[outside] + model.position_upper[outside])
+    inertia = effective_inertia(controller.law.dynamics.crba(q))[index]
+    k, d = impedance_gains(inertia, frequency, stiffness)
+    if damping is not None:
+        d = np.broadcast_to(np.asarray(damping, float), d.shape).copy()
+    return k, d
+
+
 def effective_inertia(mass_matrix: np.ndarray) -> np.ndarray:
     """Per coordinate 1 / (M⁻¹)_jj (kg·m² or kg): the inertia each joint feels with the others
-    free, the smallest it can feel at this configuration."""
-    return 1.0 / np.diag(np.linalg.inv(mass_matrix))
+    free, the smallest it can feel at this configuration; the diagonal where M is singular (a
+    joint that moves no inertia feels none either way)."""
+    try:
+        return 1.0 / np.diag(np.linalg.inv(mass_matrix))
+    except np.linalg.LinAlgError:
+        return np.diag(mass_matrix).copy()
 
 
 def gain_bound_violation(kp: Sequence[float], kd: Sequence[float], period: float,
                          joints: Sequence[str], names: tuple[str, str] = ("kp", "kd"),
-                         inertia: Sequence[float] | None = None) -> str | None:
-    """Why the gains ``kp``, ``kd`` (one per joint of ``joints``) make the loop sampled every
-    ``period`` s unstable, naming the first joint and the bound; None when stable. With
-    ``inertia`` (per joint, kg·m² or kg) the gains are efforts per unit error (impedance's
-    stiffness and damping) and act as kp / inertia, kd / inertia; the text gives the bound in
-    the gains' own units. ``names``: the parameters' names for the text."""
+                         inertia: Sequence[float] | None = None,
+                         ki: Sequence[float] | None = None, ki_name: str = "ki") -> str | None:
+    """Why the gains ``kp``, ``kd`` (and ``ki``, one per joint of ``joints``; None: no
+    integral action) make the loop sampled every ``period`` s unstable, naming the first joint
+    and the bound; None when stable. With ``inertia`` (per joint, kg·m² or kg) the gains are
+    efforts per unit error (impedance's stiffness, damping and integral gain) and act as
+    kp / inertia, kd / inertia, ki / inertia; the text gives the bound in the gains' own
+    units. ``names``, ``ki_name``: the parameters' names for the text."""
     kp, kd = np.asarray(kp, float), np.asarray(kd, float)
+    ki = np.zeros(len(kp)) if ki is None else np.asarray(ki, float)
     scale = np.ones(len(kp)) if inertia is None else np.asarray(inertia, float)
     for j, joint in enumerate(joints):
-        p, d, m = kp[j] / scale[j], kd[j] / scale[j], scale[j]
+        p, d, i, m = kp[j] / scale[j], kd[j] / scale[j], ki[j] / scale[j], scale[j]
         where = f"at the state period {period * 1e3:.3g} ms" + (
             "" if inertia is None else f" on the effective inertia {m:.3g}")
         if d * period >= 1.0:
@@ -99,4 +186,90 @@ def gain_bound_violation(kp: Sequence[float], kd: Sequence[float], period: float
                     f"sampled loop unstable: {names[0]} < "
                     f"{max_stable_kp(d, period) * m:.6g} {where}"
                     + (" (no position gain is stable without damping)" if d == 0.0 else ""))
+        if i > 0.0 and not integral_loop_stable(p, d, i, period):
+            return (f"{ki_name} {ki[j]:g} with {names[0]} {kp[j]:g} and {names[1]} {kd[j]:g} "
+                    f"on {joint} makes the sampled loop unstable: {ki_name} < "
+                    f"{max_stable_ki(p, d, period) * m:.6g} {where}")
     return None
+
+
+def active_gain_problem(controller: Any, period: float, mode: str | None = None,
+                        gains: dict[str, np.ndarray] | None = None) -> str | None:
+    """Why the gains of ``controller``'s mode (``mode`` to check another; ``gains``: law gain
+    arrays over v to use instead of the law's, by ``ControlLaw`` name) make its loop sampled
+    every ``period`` s unstable (``gain_bound_violation``; impedance's on the effective inertia
+    at the measured state, at the zero configuration before one); None when stable, and in
+    gravity compensation, which has no loop."""
+    law = controller.law
+    mode = mode or law.mode
+    if mode == "gravity_compensation":
+        return None
+
+    def gain(name: str) -> np.ndarray:
+        values = gains[name] if gains and name in gains else getattr(law, name)
+        return np.asarray(values)[controller.index]
+
+    ki = gain("ki") if law.integrating or (gains and "ki" in gains) else None
+    if mode == "computed_torque":
+        return gain_bound_violation(gain("kp"), gain("kd"), period, controller.joints,
+                                    ki=ki)
+    q = controller.q if controller.q is not None else np.zeros(controller.model.nq)
+    inertia = effective_inertia(law.dynamics.crba(q))[controller.index]
+    return gain_bound_violation(gain("stiffness"), gain("damping"), period, controller.joints,
+                                ("impedance.stiffness", "impedance.damping"), inertia, ki)
+
+
+class StabilityGuard:
+    """Whether a controller's active gains keep its sampled loop stable at the period its
+    states come at, checked when asked (``recheck``: new gains, mode or controller) and when
+    the measured period drifts by ``DRIFT`` from the one last checked.
+
+    ``observe(controller, t)`` per state (``t`` in s) keeps the gaps between states (those
+    longer than the controller's ``max_state_age`` are not counted: the loop was stopped) and
+    takes the period as the median of the last ``WINDOW`` of them, every ``EVERY`` states: a
+    driver's rate, not bent by a pause (or by states sent by hand); then the check when due.
+    It returns the current problem (None: stable). The first check waits for ``SETTLE``
+    gaps, so the period is a measured one. ``min_period``: the shortest period between
+    commands (a publish-rate limit), which lengthens the loop's.
+    """
+
+    DRIFT = 0.2
+    SETTLE = 20
+    WINDOW = 64
+    EVERY = 16
+
+    def __init__(self) -> None:
+        self.period = 0.0  # s between states, the median of the recent gaps (0: none yet)
+        self.min_period = 0.0
+        self.problem: str | None = None
+        self._checked = math.nan  # the loop period last checked
+        self._gaps = np.zeros(self.WINDOW)
+        self._count = 0
+        self._last = -math.inf
+        self._pending = True
+
+    def recheck(self) -> None:
+        """Check again with the next state (the gains, mode or controller changed)."""
+        self._pending = True
+
+    @property
+    def loop_period(self) -> float:
+        """The period the loop is checked at (s): the measured one, or ``DEFAULT_STATE_PERIOD``
+        before one is, never below ``min_period``."""
+        return max(self.period or DEFAULT_STATE_PERIOD, self.min_period)
+
+    def observe(self, controller: Any, t: float) -> str | None:
+        gap, self._last = t - self._last, t
+        if not 0.0 < gap <= controller.max_state_age:
+            return self.problem
+        self._gaps[self._count % self.WINDOW] = gap
+        self._count += 1
+        if self._count < self.SETTLE:
+            return self.problem
+        if self._count == self.SETTLE or self._count % self.EVERY == 0:
+            self.period = float(np.median(self._gaps[:min(self._count, self.WINDOW)]))
+        period = self.loop_period
+        if self._pending or not abs(period - self._checked) <= self.DRIFT * self._checked:
+            self._pending, self._checked = False, period
+            self.problem = active_gain_problem(controller, period)
+        return self.problem

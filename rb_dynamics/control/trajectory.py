@@ -259,15 +259,48 @@ class TrajectorySampler:
         as a sampler starting at ``now`` from the given state, as a new trajectory would: the
         motion re-anchored where the arm is after a gap in its states, rejoined at the first
         point it has time to reach (the last point, due in ``rejoin`` s at the latest); None
-        when the trajectory has ended."""
+        when the trajectory has ended.
+
+        Made from this sampler's arrays (no per-point objects: it runs on the control loop's
+        thread): the segments after the first are this one's, shifted in time, so only the
+        first, from the given state, is new."""
         t = now - self.start_time
         if t >= self.times[-1]:
             return None
         first = min(bisect.bisect_left(self.times, t + rejoin, lo=1), len(self.times) - 1)
-        points = [TrajectoryPoint(max(self.times[k] - t, rejoin), *self.row(k),
-                                  self.efforts[k] if self.has_effort[k] else None)
-                  for k in range(first, len(self.times))]
-        return TrajectorySampler(points, now, start_positions, start_velocities, wraparound)
+        times = np.asarray(self.times[first:]) - t
+        times[0] = max(times[0], rejoin)
+        restarted = self._rows(first - 1, times, now)  # row first − 1 becomes the start state
+        restarted.positions[0] = start_positions
+        if wraparound is not None:
+            restarted.positions[0] = shortest_way_start(restarted.positions[0],
+                                                        restarted.positions[1], wraparound)
+        restarted.velocities[0] = start_velocities
+        restarted.accelerations[0] = 0.0
+        return restarted
+
+    def first_segment(self) -> TrajectorySampler:
+        """A sampler of this one's first segment alone: from the start state to point 0."""
+        return self._rows(0, np.asarray(self.times[1:2]), self.start_time, end=2)
+
+    def _rows(self, start: int, times: np.ndarray, start_time: float,
+              end: int | None = None) -> TrajectorySampler:
+        """A sampler of rows ``start`` to ``end`` (exclusive; None: the last) of this one's
+        arrays (copies), ``times`` (s) the times from its start of the rows after the first,
+        starting at ``start_time``; row ``start`` is its start state, with no effort."""
+        rows = slice(start, end)
+        sampler = object.__new__(TrajectorySampler)
+        sampler.times = [0.0, *np.asarray(times, dtype=float).tolist()]
+        for name in ("positions", "velocities", "accelerations", "efforts", "has_velocity",
+                     "has_acceleration", "has_effort"):
+            setattr(sampler, name, getattr(self, name)[rows].copy())
+        sampler.has_effort[0] = False
+        sampler.feeds_forward = bool(sampler.has_effort[1:].any())
+        sampler.start_time = float(start_time)
+        sampler.has_velocity[0] = sampler.has_velocity[1]
+        sampler.has_acceleration[0] = sampler.has_acceleration[1]
+        sampler._segment_coefficients = (-1, None)
+        return sampler
 
     def sample_effort(self, now: float) -> np.ndarray | None:
         """The feed-forward effort at time ``now`` (see the class docstring); None when no

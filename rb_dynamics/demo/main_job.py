@@ -337,8 +337,7 @@ def pd_gravity_baseline(model, joints: list[str], q0: np.ndarray, amp: np.ndarra
     """What the same reference gives without the dynamics model beyond gravity: τ = g(q) +
     K_p (q_d − q) + K_d (q̇_d − q̇), K = M_ii(q0)·(KP, KD), on the same simulator (in-process,
     one command per 1 ms step, like the lock-step run; same URDF losses, compensated)."""
-    from rb_dynamics.control import friction_compensation
-    from rb_dynamics.dynamics import make_dynamics
+    from rb_dynamics.dynamics import friction_effort, make_dynamics
     from rb_dynamics.simulation import Simulator
 
     dyn = make_dynamics(model)
@@ -354,7 +353,7 @@ def pd_gravity_baseline(model, joints: list[str], q0: np.ndarray, amp: np.ndarra
     for k in range(steps):
         q_d, v_d, _ = reference(k * dt, q0, amp)
         q, v = sim.q[index], sim.v[index]
-        tau = dyn.gravity(sim.q) + friction_compensation(model, _spread(model, index, v_d))
+        tau = dyn.gravity(sim.q) + friction_effort(model, _spread(model, index, v_d))
         tau[index] += kp * (q_d - q) + kd * (v_d - v)
         sim.set_command(tau)
         errors[k] = q - q_d

@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """Rigid-body dynamics of a ``Model``: the reference algorithms (Featherstone's RNEA, CRBA,
 ABA and friends, the momentum terms M q̇, Cᵀ q̇, g), a link's wrench ↔ joint efforts, the one
-``Dynamics`` interface and its implementations (reference,
-generated Python and C kernels), payload terms and constraints.
+``Dynamics`` interface and its implementations (reference, generated Python and C kernels),
+joint friction, payload terms and constraints.
 
 Imports only ``rb_dynamics.model``.
 """
@@ -27,6 +27,7 @@ from .constraints import (
     solve_constrained,
     udwadia_kalaba,
 )
+from .friction import friction_effort, friction_slope, has_friction
 from .implementations import (
     KERNEL_CHOICES,
     KERNEL_METHODS,
@@ -122,9 +123,12 @@ __all__ = [
     "crba",
     "default_payload_link",
     "forward_dynamics_crba",
+    "friction_effort",
+    "friction_slope",
     "generalized_momentum",
     "generate_kernels",
     "gravity",
+    "has_friction",
     "kernels_choice",
     "kinetic_energy",
     "link_acceleration",

@@ -24,7 +24,7 @@
 
 #include <math.h>
 
-#define RB_KERNEL_ABI 2
+#define RB_KERNEL_ABI 3
 #define N_KERNELS 6 /* rnea, gravity, nle, crba, aba, momentum: the order of the methods */
 #define MAX_IN 3
 
@@ -360,9 +360,10 @@ KERNEL_METHOD(momentum_terms, 5)
  *
  * rollout() advances a fixed-base model whose joints all have one coordinate (nq == nv,
  * q ⊕ v·dt = q + v·dt) by many steps in one call, each step computed as
- * rb_dynamics.simulation.step computes it, in the same order of operations: the joint losses,
- * semi-implicit Euler with the losses linearly implicit ((M + dt·diag(slope)) a = τ + losses − h,
- * solved here by Cholesky where the reference uses an LU solve), RK4 on the model's ABA, the
+ * rb_dynamics.simulation.step computes it, in the same order of operations: the joint losses
+ * (rb_dynamics.dynamics.friction: viscous, Coulomb and Stribeck), semi-implicit Euler with the
+ * losses linearly implicit ((M + dt·diag(max(slope, 0))) a = τ + losses − h, solved here by
+ * Cholesky where the reference uses an LU solve), RK4 on the model's ABA, the
  * inelastic position stops. It stops before any step that would need a non-finite kernel input
  * or give a non-finite output, or whose matrix is not positive definite, so that the caller
  * (simulation.CompiledSteps) can hand that step to the reference, which then raises or answers
@@ -377,19 +378,36 @@ typedef struct {
     one_fn nle, crba, aba;
     Py_ssize_t n;
     double dt;
-    const double *damping, *friction; /* NULL: no joint losses */
+    /* viscous, Coulomb, Stribeck and its velocity (NULL: no joint losses) */
+    const double *damping, *friction, *stribeck, *stribeck_velocity;
     const double *lower, *upper;      /* NULL: no position stops */
     int implicit;                     /* semi-implicit Euler with the losses implicit */
     double *M, *h, *rhs, *applied, *qs, *a[4], *vs[3]; /* scratch */
 } Stepper;
 
-/* applied = τ + losses(v): −damping·q̇ − friction·tanh(q̇/ε), simulation.joint_losses */
+/* Coordinate i's friction effort f(q̇) and, when slope is not NULL, ∂f/∂q̇: the expressions of
+ * rb_dynamics.dynamics.friction (friction_effort, friction_slope), in its order */
+static double friction_of(const Stepper *s, Py_ssize_t i, double v, double *slope)
+{
+    double vs = s->stribeck_velocity[i], fs = s->stribeck[i];
+    int on = vs > 0.0 && fs > 0.0;
+    double inv_vs2 = on ? 1.0 / (vs * vs) : 0.0;
+    double decay = on ? fs * exp(-(v * v) * inv_vs2) : 0.0; /* Python: 0·exp(0) = 0 */
+    double th = tanh(v / COULOMB_SMOOTHING);
+    if (slope != NULL) {
+        double c = cosh(fmin(fmax(v / COULOMB_SMOOTHING, -300.0), 300.0));
+        double sech2 = 1.0 / (c * c);
+        *slope = s->damping[i] + (s->friction[i] + decay) * sech2 / COULOMB_SMOOTHING
+                 - 2.0 * v * inv_vs2 * decay * th;
+    }
+    return s->damping[i] * v + (s->friction[i] + decay) * th;
+}
+
+/* applied = τ + losses(v) = τ − f(q̇), simulation.joint_losses */
 static void add_losses(const Stepper *s, const double *tau, const double *v, double *applied)
 {
     for (Py_ssize_t i = 0; i < s->n; i++)
-        applied[i] = s->damping ? tau[i] + (-s->damping[i] * v[i]
-                                            - s->friction[i] * tanh(v[i] / COULOMB_SMOOTHING))
-                                : tau[i];
+        applied[i] = s->damping ? tau[i] + -friction_of(s, i, v[i], NULL) : tau[i];
 }
 
 /* q̈ = ABA(q, q̇, τ + losses); 0 when an input or the result is not finite */
@@ -435,8 +453,7 @@ static int cholesky_solve(double *A, double *x, Py_ssize_t n)
     return 1;
 }
 
-/* simulation._accel_implicit_losses: (M + dt·C) a = τ + losses(q̇) − h,
- * C = damping + friction/ε·sech²(q̇/ε) */
+/* simulation._accel_implicit_losses: (M + dt·C) a = τ + losses(q̇) − h, C = max(∂f/∂q̇, 0) */
 static int accel_implicit(const Stepper *s, const double *q, const double *v, const double *tau,
                           double *a)
 {
@@ -446,11 +463,10 @@ static int accel_implicit(const Stepper *s, const double *q, const double *v, co
     s->nle(in, s->h);
     if (!all_finite(s->M, n * n) || !all_finite(s->h, n))
         return 0;
-    add_losses(s, tau, v, s->rhs);
     for (Py_ssize_t i = 0; i < n; i++) {
-        double x = fmin(fmax(v[i] / COULOMB_SMOOTHING, -300.0), 300.0), c = cosh(x);
-        double slope = s->damping[i] + s->friction[i] / COULOMB_SMOOTHING / (c * c);
-        s->M[i * n + i] += s->dt * slope;
+        double slope;
+        s->rhs[i] = tau[i] + -friction_of(s, i, v[i], &slope);
+        s->M[i * n + i] += s->dt * fmax(slope, 0.0);
         a[i] = s->rhs[i] - s->h[i];
     }
     return cholesky_solve(s->M, a, n) && all_finite(a, n);
@@ -593,25 +609,30 @@ static PyArrayObject *rollout_array(PyObject *obj, const char *name, Py_ssize_t 
     return arr;
 }
 
-static int optional_pair(PyObject *const *args, const char *names[2], Py_ssize_t n,
-                         const double **first, const double **second)
+/* count (nv,) float64 arrays at args, all given or all None (then every pointer is NULL) */
+static int optional_arrays(PyObject *const *args, int count, const char *const *names,
+                           Py_ssize_t n, const double **out)
 {
-    *first = *second = NULL;
-    if (args[0] == Py_None && args[1] == Py_None)
+    int none = 1;
+    for (int j = 0; j < count; j++) {
+        out[j] = NULL;
+        none &= args[j] == Py_None;
+    }
+    if (none)
         return 0;
-    for (int j = 0; j < 2; j++)
+    for (int j = 0; j < count; j++) {
         if (rollout_array(args[j], names[j], -1, n, NPY_DOUBLE, 0) == NULL)
             return -1;
-    *first = PyArray_DATA((PyArrayObject *)args[0]);
-    *second = PyArray_DATA((PyArrayObject *)args[1]);
+        out[j] = PyArray_DATA((PyArrayObject *)args[j]);
+    }
     return 0;
 }
 
 static PyObject *m_rollout(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
 {
     KernelsObject *self = (KernelsObject *)op;
-    if (nargs != 12) {
-        PyErr_Format(PyExc_TypeError, "rollout() takes 12 arguments (%zd given)", nargs);
+    if (nargs != 14) {
+        PyErr_Format(PyExc_TypeError, "rollout() takes 14 arguments (%zd given)", nargs);
         return NULL;
     }
     if (!self->ready || !self->k[NLE].one || !self->k[CRBA].one || !self->k[ABA].one)
@@ -624,7 +645,7 @@ static PyObject *m_rollout(PyObject *op, PyObject *const *args, Py_ssize_t nargs
     /* the number of steps is the rows of A */
     Py_ssize_t N = PyArray_Check(args[2]) && PyArray_NDIM((PyArrayObject *)args[2]) == 2
                        ? PyArray_DIM((PyArrayObject *)args[2], 0) : 0;
-    PyObject *law = args[11] == Py_None ? NULL : args[11];
+    PyObject *law = args[13] == Py_None ? NULL : args[13];
     if (law != NULL && !PyCallable_Check(law)) {
         PyErr_SetString(PyExc_TypeError, "rollout: law must be callable or None");
         return NULL;
@@ -649,12 +670,18 @@ static PyObject *m_rollout(PyObject *op, PyObject *const *args, Py_ssize_t nargs
     }
     Stepper s = {.nle = self->k[NLE].one, .crba = self->k[CRBA].one, .aba = self->k[ABA].one,
                  .n = n, .dt = dt};
-    const char *losses[2] = {"damping", "friction"}, *stops[2] = {"lower", "upper"};
-    if (optional_pair(args + 7, losses, n, &s.damping, &s.friction) < 0 ||
-        optional_pair(args + 9, stops, n, &s.lower, &s.upper) < 0)
+    const char *const loss_names[4] = {"damping", "friction", "stribeck",
+                                       "stribeck_velocity"};
+    const char *const stop_names[2] = {"lower", "upper"};
+    const double *losses[4], *stops[2];
+    if (optional_arrays(args + 7, 4, loss_names, n, losses) < 0 ||
+        optional_arrays(args + 11, 2, stop_names, n, stops) < 0)
         return NULL;
+    s.damping = losses[0], s.friction = losses[1];
+    s.stribeck = losses[2], s.stribeck_velocity = losses[3];
+    s.lower = stops[0], s.upper = stops[1];
     for (Py_ssize_t i = 0; s.damping && i < n; i++)
-        s.implicit |= s.damping[i] != 0.0 || s.friction[i] != 0.0;
+        s.implicit |= s.damping[i] != 0.0 || s.friction[i] != 0.0 || s.stribeck[i] != 0.0;
     double *scratch = PyMem_RawMalloc(sizeof(double) * (size_t)(n * n + 11 * n + 1));
     if (scratch == NULL)
         return PyErr_NoMemory();
@@ -680,8 +707,10 @@ static PyObject *m_rollout(PyObject *op, PyObject *const *args, Py_ssize_t nargs
  * observe() is one step of rb_dynamics.control.MomentumObserver (see its docstring), its
  * arithmetic in C: the numpy form costs a dozen array operations per joint state, this one
  * call. rows (10, nv) holds [p, C^T v, g, tau_f, tau_m] of this state (rows 0-4) and of the
- * previous one (5-9); the caller writes tau_f (row 3: the friction law stays in Python). It
- * fills rows 0-2 from the momentum kernel at (q, v) and row 4 = effort - offset; then, unless
+ * previous one (5-9). It fills rows 0-2 from the momentum kernel at (q, v), row 3 with the
+ * joint friction f(v) (friction_of: rb_dynamics.dynamics.friction's law) when losses, a
+ * (4, nv) array [damping; friction; stribeck; stribeck_velocity], is not None, and row 4 =
+ * effort - offset; then, unless
  * coefficients is None (a first state), e dt = coefficients . rows and
  * r = a * r + b * (e dt), in place. Returns -1 when r is not finite (rows not rolled: the
  * caller restarts), else rolls rows 0-4 into 5-9 and returns 0 (first state), 1, or 2 when some
@@ -706,8 +735,8 @@ static double *observe_vector(PyObject *obj, const char *name, Py_ssize_t n, int
 static PyObject *m_observe(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
 {
     KernelsObject *self = (KernelsObject *)op;
-    if (nargs != 10) {
-        PyErr_Format(PyExc_TypeError, "observe() takes 10 arguments (%zd given)", nargs);
+    if (nargs != 11) {
+        PyErr_Format(PyExc_TypeError, "observe() takes 11 arguments (%zd given)", nargs);
         return NULL;
     }
     if (!self->ready || !self->k[MOMENTUM].one) {
@@ -716,19 +745,26 @@ static PyObject *m_observe(PyObject *op, PyObject *const *args, Py_ssize_t nargs
     }
     Kernel *k = &self->k[MOMENTUM];
     Py_ssize_t n = k->out_n;
-    double *q, *v, *effort, *offset, *rows, *c = NULL, *a, *b, *r, *thresholds;
+    double *q, *v, *effort, *offset, *losses = NULL, *rows, *c = NULL, *a, *b, *r, *thresholds;
     if (!(q = observe_vector(args[0], "q", k->size[0], 0)) ||
         !(v = observe_vector(args[1], "v", n, 0)) ||
         !(effort = observe_vector(args[2], "effort", n, 0)) ||
         !(offset = observe_vector(args[3], "offset", n, 0)) ||
-        !(rows = observe_vector(args[4], "rows", 10 * n, 1)) ||
-        (args[5] != Py_None && !(c = observe_vector(args[5], "coefficients", 10, 0))) ||
-        !(a = observe_vector(args[6], "a", n, 0)) || !(b = observe_vector(args[7], "b", n, 0)) ||
-        !(r = observe_vector(args[8], "r", n, 1)) ||
-        !(thresholds = observe_vector(args[9], "thresholds", n, 0)))
+        (args[4] != Py_None && !(losses = observe_vector(args[4], "losses", 4 * n, 0))) ||
+        !(rows = observe_vector(args[5], "rows", 10 * n, 1)) ||
+        (args[6] != Py_None && !(c = observe_vector(args[6], "coefficients", 10, 0))) ||
+        !(a = observe_vector(args[7], "a", n, 0)) || !(b = observe_vector(args[8], "b", n, 0)) ||
+        !(r = observe_vector(args[9], "r", n, 1)) ||
+        !(thresholds = observe_vector(args[10], "thresholds", n, 0)))
         return NULL;
     const double *in[2] = {q, v};
     k->one(in, rows);
+    if (losses != NULL) {
+        Stepper f = {.n = n, .damping = losses, .friction = losses + n,
+                     .stribeck = losses + 2 * n, .stribeck_velocity = losses + 3 * n};
+        for (Py_ssize_t j = 0; j < n; j++)
+            rows[3 * n + j] = friction_of(&f, j, v[j], NULL);
+    }
     for (Py_ssize_t j = 0; j < n; j++)
         rows[4 * n + j] = effort[j] - offset[j];
     int over = 0;
@@ -762,15 +798,17 @@ static PyMethodDef kernels_methods[] = {
     {"momentum_terms", (PyCFunction)(void (*)(void))m_momentum_terms,
      METH_FASTCALL | METH_KEYWORDS, "momentum_terms(q, v): rows M v, C^T v, g (3, nv)."},
     {"observe", (PyCFunction)(void (*)(void))m_observe, METH_FASTCALL,
-     "observe(q, v, effort, offset, rows, coefficients, a, b, r, thresholds)\n"
+     "observe(q, v, effort, offset, losses, rows, coefficients, a, b, r, thresholds)\n"
      "One momentum observer step in place (rb_dynamics.control.MomentumObserver): -1 when r\n"
      "is not finite, else 0 (a first state: coefficients None), 1, or 2 (a threshold passed)."},
     {"rollout", (PyCFunction)(void (*)(void))m_rollout, METH_FASTCALL,
-     "rollout(Q, V, A, hit, tau, dt, integrator, damping, friction, lower, upper, law)\n"
+     "rollout(Q, V, A, hit, tau, dt, integrator, damping, friction, stribeck,\n"
+     "        stribeck_velocity, lower, upper, law)\n"
      "N = len(A) steps from Q[0], V[0] into the rows of Q, V (N+1, nv), A and hit (N, nv);\n"
      "tau (nv,) held or (N, nv) per step; law: None, or law(k) -> the efforts of step k,\n"
      "called before it and written to tau[k]; integrator 0: semi-implicit Euler, 1: RK4;\n"
-     "damping, friction and lower, upper: (nv,) arrays, or None (no losses, no stops).\n"
+     "damping, friction, stribeck, stribeck_velocity (the joint losses) and lower, upper:\n"
+     "(nv,) arrays, or all of a group None (no losses, no stops).\n"
      "Returns the steps taken: it stops before a step that is not finite (see the source)."},
     {NULL, NULL, 0, NULL},
 };

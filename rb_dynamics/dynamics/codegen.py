@@ -12,6 +12,10 @@ products. Transforms are kept as (E rotation, r translation) and expanded symbol
 Spatial vectors are (angular, linear) pairs of 3-vectors, written ``w``/``u`` for motions and
 ``n``/``f`` for forces.
 
+A joint's armature (``Model.armature``) is a constant: armature·q̈ in RNEA's τ, on M's diagonal,
+in ABA's D = Sᵀ I^A S; where it is 0 no term is written, so a model without armature generates
+the code it would without the field.
+
 Snapping: constant rotation entries within 1e-14 of 0 or ±1 (cos(π/2) = 6e-17 from URDF rpy
 angles) and inertia entries below 1e-14 of the body's largest are treated as exact, which
 changes results by ~1e-14 relative at most.
@@ -119,6 +123,7 @@ class _Tree:
         self.bodies = _bodies(model)
         self.emit = emit
         self.gravity = [float(x) for x in model.gravity]
+        self.armature = [float(x) for x in model.armature]  # per public coordinate
 
     def joint_q(self, i: int, q: list) -> list:
         """Body i's joint coordinates (a mimic joint's from its leader's)."""
@@ -290,6 +295,10 @@ def rnea(tree: _Tree, q, v, a, X=None) -> list:
             else:
                 from_children[b.parent] = ([before[0][k] + tn[k] for k in range(3)],
                                            [before[1][k] + tf[k] for k in range(3)])
+    if a is not None:  # the rotors: armature·q̈ (no term at all where the armature is 0)
+        for d, armature in enumerate(tree.armature):
+            if armature:
+                tau_terms[d].append((armature, a[d], None))
     return [emit.sum_of_products(t) for t in tau_terms]
 
 
@@ -387,6 +396,9 @@ def _crba_matrix(tree: _Tree, X, mass: list, hs: list, Is: list) -> list:
                     add(d1, d2, terms)
                     if d1 == d2:
                         add(d1, d2, terms)
+    for d, armature in enumerate(tree.armature):
+        if armature:
+            add(d, d, [(armature, None, None)])
     M = [[0.0] * nv for _ in range(nv)]
     for (d1, d2), terms in sorted(H.items()):
         M[d1][d2] = M[d2][d1] = emit.sum_of_products(terms)
@@ -449,7 +461,11 @@ def _aba_articulated(tree: _Tree, X, tau, c: list, IA: list, pA: list
         S = b.S
         U_i = [[emit.sum_of_products([(1.0, A[r][k], float(S[k, j])) for k in range(6)])
                 for j in range(b.nv)] for r in range(6)]  # 6 × nv
-        D = [[emit.sum_of_products([(float(S[k, a]), U_i[k][col], None) for k in range(6)])
+        # D = Sᵀ U + the joint's armature on the diagonal
+        armature = [tree.armature[d] for d in tree.dofs(i)[0]]
+        D = [[emit.sum_of_products([(float(S[k, a]), U_i[k][col], None) for k in range(6)]
+                                   + ([(armature[a], None, None)] if a == col and armature[a]
+                                      else []))
               for col in range(b.nv)] for a in range(b.nv)]
         tau_i = tree.joint_v(i, tau)
         u_i = [emit.sum_of_products([(1.0, tau_i[a], None)]

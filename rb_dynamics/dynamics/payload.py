@@ -206,9 +206,11 @@ def with_payload(model: Model, payload: Payload) -> Model:
 
 def payload_effort_reference(model: Model, q, v, a, payload: Payload) -> np.ndarray:
     """The payload's share of inverse dynamics by the reference RNEA on a model in which
-    only the payload has mass (RNEA is linear in the inertias). Slow; the oracle for the rest."""
+    only the payload has mass and no joint has armature (RNEA is linear in the inertias). Slow;
+    the oracle for the rest."""
     zero = [np.zeros((6, 6)) for _ in model.inertia]
-    return dynamics.rnea(_add_payload(model, zero, payload), q, v, a)
+    bare = dataclasses.replace(model, armature=np.zeros(model.nv))
+    return dynamics.rnea(_add_payload(bare, zero, payload), q, v, a)
 
 
 # ----------------------------------------------------------------------------- the support chain

@@ -166,7 +166,8 @@ def _batch_shape(*arrays: np.ndarray) -> tuple[int, ...]:
 
 
 def rnea(model: Model, q, v, a, f_ext: Wrenches | None = None) -> np.ndarray:
-    """Inverse dynamics τ = M(q) a + C(q, v) v + g(q) − Σ Jᵀ f_ext (Featherstone's ID.m).
+    """Inverse dynamics τ = M(q) a + C(q, v) v + g(q) − Σ Jᵀ f_ext (Featherstone's ID.m), M with
+    the joints' armature on its diagonal (``Model.armature``, as Pinocchio's rnea adds it).
 
     ``f_ext`` maps link names to wrenches [force; torque] in the link frame about its origin.
     """
@@ -189,6 +190,8 @@ def rnea(model: Model, q, v, a, f_ext: Wrenches | None = None) -> np.ndarray:
         tau[..., dofs] += scale * (f[i] @ model.S[i])
         if model.parent[i] >= 0:
             f[model.parent[i]] = f[model.parent[i]] + force_apply_transpose(Xup[i], f[i])
+    if model.armature.any():  # the rotors' own inertia: armature·q̈ on each coordinate
+        tau += model.armature * a
     return tau
 
 
@@ -206,7 +209,8 @@ def nonlinear_effects(model: Model, q, v) -> np.ndarray:
 
 
 def crba(model: Model, q) -> np.ndarray:
-    """Joint-space inertia matrix M(q) by the composite-rigid-body algorithm (HandC.m)."""
+    """Joint-space inertia matrix M(q) by the composite-rigid-body algorithm (HandC.m), plus
+    diag(armature)."""
     q = check_vector(q, model.nq, "q")
     Xup = _forward_kinematics(model, q)
     batch = q.shape[:-1]
@@ -232,11 +236,14 @@ def crba(model: Model, q) -> np.ndarray:
             block = scale_i * scale_j * (np.swapaxes(F, -1, -2) @ model.S[j])
             H[..., dofs_i, dofs_j] += block
             H[..., dofs_j, dofs_i] += np.swapaxes(block, -1, -2)
+    if model.armature.any():
+        H += np.diag(model.armature)
     return H
 
 
 def aba(model: Model, q, v, tau, f_ext: Wrenches | None = None) -> np.ndarray:
-    """Forward dynamics q̈ by the articulated-body algorithm (FDab.m), O(n).
+    """Forward dynamics q̈ by the articulated-body algorithm (FDab.m), O(n); a joint's armature
+    adds to its D_i = S_iᵀ I^A_i S_i (Pinocchio's choice: the rotor turns with the joint only).
 
     Mimic joints couple bodies outside the tree structure ABA exploits; models that have them
     are solved through CRBA and a Cholesky factorisation instead.
@@ -263,7 +270,8 @@ def aba(model: Model, q, v, tau, f_ext: Wrenches | None = None) -> np.ndarray:
     for i in reversed(range(nb)):
         S, p = model.S[i], model.parent[i]
         U[i] = IA[i] @ S
-        Dinv[i] = _inverse_articulated_inertia(model, i, S.T @ U[i], IA[i])
+        D = S.T @ U[i] + np.diag(model.armature[_dof(model, i)[0]])
+        Dinv[i] = _inverse_articulated_inertia(model, i, D, IA[i])
         u[i] = _joint_v(model, tau, i) - pA[i] @ S
         if p >= 0:
             UDinv = U[i] @ Dinv[i]
@@ -433,10 +441,15 @@ def _body_velocities(model: Model, q, v) -> list[np.ndarray]:
 
 
 def kinetic_energy(model: Model, q, v) -> np.ndarray | float:
-    """T = ½ Σ vᵢᵀ Iᵢ vᵢ = ½ vᵀ M v."""
+    """T = ½ Σ vᵢᵀ Iᵢ vᵢ + ½ Σ armature·q̇² = ½ vᵀ M v: the rotors' energy counts, as in
+    Pinocchio's computeKineticEnergy (their momentum does not: ``centroidal_momentum``)."""
     vel = _body_velocities(model, q, v)
-    return 0.5 * sum(np.sum(vi * motion_apply(I, vi), axis=-1)
-                     for vi, I in zip(vel, model.inertia))
+    energy = 0.5 * sum(np.sum(vi * motion_apply(I, vi), axis=-1)
+                       for vi, I in zip(vel, model.inertia))
+    if model.armature.any():
+        v = np.asarray(v, dtype=float)
+        energy = energy + 0.5 * np.sum(model.armature * v * v, axis=-1)
+    return energy
 
 
 def potential_energy(model: Model, q) -> np.ndarray | float:
@@ -452,7 +465,8 @@ def potential_energy(model: Model, q) -> np.ndarray | float:
 
 
 def centroidal_momentum(model: Model, q, v) -> np.ndarray:
-    """Spatial momentum about the centre of mass in world axes, [linear; angular]."""
+    """Spatial momentum about the centre of mass in world axes, [linear; angular], of the
+    bodies (the armature's rotors are not bodies of the tree: Pinocchio leaves them out too)."""
     q = check_vector(q, model.nq, "q")
     vel = _body_velocities(model, q, v)
     X0 = body_transforms(model, q)

@@ -1,12 +1,65 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Learning a robot's dynamics from data: payload identification, the mass, centre of mass and
-rotational inertia of a payload from joint efforts measured at rest or in motion (``payload``),
-and the joint states recorded at rest and grouped into the poses the arm was held at
-(``resting``).
+"""Learning a robot's dynamics from data.
 
-Imports ``rb_dynamics.dynamics`` and ``rb_dynamics.model``.
+- the whole robot: ``regressor`` (τ = Y θ: inertial parameters
+  of every body, armature, friction, effort offsets), ``base_parameters`` (the combinations
+  efforts determine), ``fourier`` and ``excitation`` (the planned periodic motion),
+  ``measurements`` and ``bags`` (joint states recorded, read from rosbag2 without ROS),
+  ``preprocessing`` (periods averaged, noise, filters, delay), ``base_fit`` (WLS, validation),
+  ``consistency`` (a physically consistent set by SDP), ``results`` and ``pipeline`` (the
+  corrected URDF, overlay, report and plot), ``synthetic`` (a known robot's measurements, the
+  truth of tests and benchmarks), ``optional`` (the extra's packages, imported lazily);
+- payloads: ``payload`` (mass, COM and inertia of a payload from efforts at rest or in
+  motion) and ``resting`` (joint states at rest grouped into the poses the arm was held at).
+
+Imports ``rb_dynamics.dynamics`` and ``rb_dynamics.model``; ``rosbags``, ``cvxpy`` and
+``clarabel`` only inside the functions that need them.
 """
 
+
+from .bags import (
+    JOINT_STATE_TYPE,
+    JointStateBagWriter,
+    bag_folders,
+    read_joint_states,
+)
+from .base_fit import (
+    MAX_CONDITION_FIT,
+    BaseFit,
+    Validation,
+    fit_base_parameters,
+    validate,
+)
+from .base_parameters import (
+    RANK_TOLERANCE,
+    BaseParameters,
+    base_parameters,
+    random_states,
+)
+from .consistency import (
+    ConsistentFit,
+    consistent_parameters,
+    pseudo_inertia,
+)
+from .excitation import (
+    ExcitationPlan,
+    excitation_limits,
+    plan_excitation,
+)
+from .fourier import (
+    FourierTrajectory,
+    fit_fourier,
+)
+from .measurements import (
+    MIN_SAMPLES,
+    JointRecording,
+    RecordingError,
+)
+from .optional import (
+    IDENTIFICATION_EXTRA,
+    MissingDependency,
+    require,
+)
 from .payload import (
     DEFAULT_NOISE_FLOOR,
     MAX_CONDITION,
@@ -20,6 +73,35 @@ from .payload import (
     identify_payload_inertia,
     suggest_identification_poses,
 )
+from .pipeline import (
+    Identification,
+    identification_report,
+    identify,
+    write_identification,
+)
+from .plan_files import (
+    PLAN_FORMAT,
+    excitation_goal,
+    plan_report,
+    read_plan,
+    write_plan,
+)
+from .preprocessing import (
+    LOCAL_WINDOW,
+    OUTLIER_SIGMAS,
+    LocalMotion,
+    PeriodicData,
+    align,
+    local_motion,
+    low_pass,
+    periodic_data,
+)
+from .regressor import (
+    JOINT_TERMS,
+    ParameterLayout,
+    body_parameters,
+    spatial_inertia_from_parameters,
+)
 from .resting import (
     END_MARGIN,
     MAX_REST_GAP,
@@ -28,23 +110,91 @@ from .resting import (
     RestingSamples,
     rest_poses,
 )
+from .results import (
+    corrected_urdf,
+    identified_model,
+    identified_overlay,
+    own_link_inertias,
+    plot_validation,
+)
+from .synthetic import (
+    SensorModel,
+    perturbed_model,
+    synthetic_recording,
+)
 
 __all__ = [
+    "BaseFit",
+    "BaseParameters",
+    "ConsistentFit",
     "DEFAULT_NOISE_FLOOR",
     "END_MARGIN",
+    "ExcitationPlan",
+    "FourierTrajectory",
+    "IDENTIFICATION_EXTRA",
+    "Identification",
     "IdentificationError",
     "InertialEstimate",
+    "JOINT_STATE_TYPE",
+    "JOINT_TERMS",
+    "JointRecording",
+    "JointStateBagWriter",
+    "LOCAL_WINDOW",
+    "LocalMotion",
     "MAX_CONDITION",
+    "MAX_CONDITION_FIT",
     "MAX_IDENTIFICATION_POSES",
     "MAX_REST_GAP",
     "MIN_IDENTIFICATION_POSES",
     "MIN_MASS_SIGNIFICANCE",
+    "MIN_SAMPLES",
+    "MissingDependency",
+    "OUTLIER_SIGMAS",
+    "PLAN_FORMAT",
     "POSE_TOLERANCE",
+    "ParameterLayout",
     "PayloadEstimate",
+    "PeriodicData",
+    "RANK_TOLERANCE",
     "RESTING_CAPACITY",
+    "RecordingError",
     "RestingSamples",
+    "SensorModel",
+    "Validation",
+    "align",
+    "bag_folders",
+    "base_parameters",
+    "body_parameters",
+    "consistent_parameters",
+    "corrected_urdf",
+    "excitation_goal",
+    "excitation_limits",
+    "fit_base_parameters",
+    "fit_fourier",
+    "identification_report",
+    "identified_model",
+    "identified_overlay",
+    "identify",
     "identify_payload",
     "identify_payload_inertia",
+    "local_motion",
+    "low_pass",
+    "own_link_inertias",
+    "periodic_data",
+    "perturbed_model",
+    "plan_excitation",
+    "plan_report",
+    "plot_validation",
+    "pseudo_inertia",
+    "random_states",
+    "read_joint_states",
+    "read_plan",
+    "require",
     "rest_poses",
+    "spatial_inertia_from_parameters",
     "suggest_identification_poses",
+    "synthetic_recording",
+    "validate",
+    "write_identification",
+    "write_plan",
 ]

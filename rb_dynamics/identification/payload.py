@@ -58,7 +58,8 @@ MIN_MASS_SIGNIFICANCE = 3.0  # the mass estimate must exceed 3 standard deviatio
 DEFAULT_NOISE_FLOOR = 1e-3  # N·m: no joint effort is known better than this
 
 class IdentificationError(ValueError):
-    """The data cannot determine the payload; the message says why (and what would help)."""
+    """The data cannot determine the parameters (a payload's, or the arm's in ``base_fit``); the
+    message says why (and what would help)."""
 
 
 @dataclass(frozen=True, eq=False)

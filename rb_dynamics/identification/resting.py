@@ -50,6 +50,19 @@ class RestingSamples:
         with self._lock:
             self._buffer, self.written = buffer, 0
 
+    def rebind(self, model: Model) -> None:
+        """Go on recording for ``model``, the current model's robot with other joint dynamics
+        (a dynamics overlay: the same joints and coordinates), keeping what was recorded:
+        the states at rest do not depend on them. A model of other joints resets instead."""
+        with self._lock:
+            buffer = self._buffer
+            if buffer is None or buffer[0].joint_names != model.joint_names:
+                same = False
+            else:
+                self._buffer, same = (model, *buffer[1:]), True
+        if not same:
+            self.reset(model)
+
     @staticmethod
     def _map(model: Model, names: list[str]) -> tuple | None:
         """Where the model's joints are in a message (None: one is missing)."""

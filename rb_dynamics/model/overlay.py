@@ -187,6 +187,8 @@ def read_overlay(source: str | Path) -> DynamicsOverlay:
             covariance=np.asarray(covariance.get("matrix") or np.zeros((0, 0)), dtype=float),
             provenance={str(k): str(v) for k, v in
                         _mapping(data.get("provenance") or {}, f"{where}: provenance").items()})
+    except OverlayError:
+        raise  # names the place already
     except (TypeError, ValueError) as exc:
         raise OverlayError(f"{where}: {exc}") from None
 

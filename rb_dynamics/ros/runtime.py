@@ -2,7 +2,8 @@
 """Running rclpy nodes: until SIGINT/SIGTERM within a bounded time, a thread per hot path,
 a worker thread that keeps only the newest request, throttled warnings, the answer of a failed
 service call, draining a subscription's queue, a lifecycle service that refuses an invalid
-transition instead of raising.
+transition instead of raising, and what a node has built kept out of the cyclic collector's
+full passes.
 
 ``rclpy.spin()`` can stay in the wait set after a signal; spinning once with a timeout in a
 loop that checks a flag set by our own handlers always exits. A watchdog bounds the whole
@@ -15,6 +16,7 @@ keeps for its clients among them).
 from __future__ import annotations
 
 import atexit
+import gc
 import math
 import os
 import signal
@@ -189,6 +191,28 @@ class LatestOnlyWorker:
             self._work(*args)
 
 
+# The cyclic collector's full pass runs after this many passes of its middle generation (Python:
+# 10). rclpy builds a large message as hundreds of thousands of young objects, none of them
+# garbage, and every full pass meanwhile walks all of them holding the interpreter (a
+# 100,000-point goal triggered five, each longer than the last); the passes over the young
+# generations, which walk a bounded number of objects, still run as often.
+FULL_PASS_EVERY = 100
+
+
+def freeze_long_lived() -> None:
+    """Move every object alive now out of the cyclic garbage collector's reach (``gc.freeze``):
+    its full passes then walk only the objects made since. Call once a node has built what it
+    keeps (its entities, a model, compiled kernels).
+
+    Why: a full pass holds the interpreter for as long as it walks every tracked object, a time
+    that grows with the heap, and a large message triggers one (rclpy builds a 10,000-point goal
+    as ~60,000 objects): the control loop's thread would wait it out. Frozen objects are still
+    freed by reference counting when no longer used; only reference cycles among them would be
+    kept, and what a node builds to keep has none that it drops.
+    """
+    gc.freeze()
+
+
 def _exit_after(deadline: float, name: str) -> None:
     """Watchdog: the process exits ``deadline`` s after a stop was asked, whatever runs."""
     time.sleep(deadline)
@@ -240,6 +264,9 @@ def run_node(factory: Callable[..., Node], args: list[str] | None = None,
     code = 0
     try:
         node = factory()
+        young, middle, _ = gc.get_threshold()
+        gc.set_threshold(young, middle, FULL_PASS_EVERY)
+        freeze_long_lived()
         executor = SingleThreadedExecutor()
         executor.add_node(node)
         while not stop["requested"] and rclpy.ok():

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Forward-dynamics simulation without ROS: integrators, the ``Simulator``, compiled steps and
-the joint drives of a simulated ``<ros2_control>`` block.
+"""Forward-dynamics simulation without ROS: integrators, the ``Simulator``, compiled steps, the
+joint drives of a simulated ``<ros2_control>`` block and the joint sensors of a real arm's
+driver (delay, jitter, noise, offset, quantisation).
 
 Imports ``rb_dynamics.dynamics`` and ``rb_dynamics.model``.
 """
@@ -17,6 +18,7 @@ from .joint_drives import (
     servo_gains,
     step_spectral_radius,
 )
+from .sensors import JointSensors, Reading, StateHistory
 from .simulator import (
     INTEGRATORS,
     CompiledSteps,
@@ -38,11 +40,14 @@ __all__ = [
     "DEFAULT_DAMPING_RATIO",
     "INTEGRATORS",
     "JointDrives",
+    "JointSensors",
     "STABILITY_MARGIN",
+    "Reading",
     "ServoGains",
     "ServoSimulator",
     "SimulationStep",
     "Simulator",
+    "StateHistory",
     "Trace",
     "apply_position_limits",
     "compiled_steps",

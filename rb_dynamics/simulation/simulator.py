@@ -9,9 +9,11 @@ that updates once per step):
 - ``semi_implicit_euler``: v⁺ = v + a·dt, q⁺ = q ⊕ v⁺·dt (symplectic, cheap, good for real time);
 - ``rk4``: classical Runge–Kutta 4 with the stage configurations q ⊕ k·dt.
 
-Joint damping and Coulomb friction (URDF ``<dynamics>``, Coulomb smoothed by tanh(q̇/ε)) act
-as resisting torques. A ``ConstraintSet`` (loop closures, fixed points, welds, couplings)
-replaces the free acceleration by the constrained one at every stage. Position limits act as
+Joint friction (``rb_dynamics.dynamics.friction``: the URDF ``<dynamics>`` viscous and
+Coulomb terms, smoothed by tanh(q̇/ε), and an overlay's Stribeck term) acts as a resisting
+torque; the joints' armature is in the dynamics (M(q) and ABA). A ``ConstraintSet`` (loop
+closures, fixed points, welds, couplings) replaces the free acceleration by the constrained one
+at every stage. Position limits act as
 inelastic stops: a joint that would pass a limit is put on it and its velocity into the limit
 is zeroed (with constraints, a stop can open a loop: keep loops away from the limits).
 
@@ -30,10 +32,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rb_dynamics.dynamics import ConstraintSet, Dynamics, LinkWrench
+from rb_dynamics.dynamics import (
+    ConstraintSet,
+    Dynamics,
+    LinkWrench,
+    friction_effort,
+    friction_slope,
+    has_friction,
+)
 from rb_dynamics.dynamics import reference as dynamics
 from rb_dynamics.model import (
-    COULOMB_SMOOTHING,
     ONE_DOF_KINDS,
     Model,
     check_choice,
@@ -124,10 +132,10 @@ def normalize_configuration(model: Model, q: np.ndarray) -> np.ndarray:
     return out
 
 
-def joint_losses(model: Model, v: np.ndarray,
-                 smoothing_velocity: float = COULOMB_SMOOTHING) -> np.ndarray:
-    """Torques the URDF's damping and friction exert: −damping·q̇ − friction·tanh(q̇/ε)."""
-    return -model.damping * v - model.friction * np.tanh(v / smoothing_velocity)
+def joint_losses(model: Model, v: np.ndarray) -> np.ndarray:
+    """The efforts joint friction exerts on the joints: −f(q̇) (``dynamics.friction_effort``:
+    viscous, Coulomb and Stribeck)."""
+    return -friction_effort(model, v)
 
 
 def apply_position_limits(model: Model, q: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -149,14 +157,15 @@ def _accel_implicit_losses(dyn: Dynamics, q, v, tau, dt: float,
                            constraints: ConstraintSet | None = None,
                            t: float = 0.0) -> np.ndarray:
     """Acceleration over a step with the joint losses taken at the end of the step, linearised:
-    (M + dt·C) a = τ + losses(v) − h, C = ∂(−losses)/∂q̇ = damping + friction/ε·sech²(q̇/ε).
+    (M + dt·C) a = τ + losses(v) − h, C = max(∂f/∂q̇, 0) (``dynamics.friction_slope``).
 
     Friction of a light link (a wrist: 0.2 N·m over ε = 0.1 rad/s on 1e-4 kg·m²) is far too
-    stiff for an explicit step at 1 ms; this form is stable for any damping.
+    stiff for an explicit step at 1 ms; this form is stable for any damping. The negative
+    slope of a Stribeck dip stays explicit: taken implicitly it could make M + dt·C
+    indefinite on a light link.
     """
     model = dyn.model
-    slope = model.damping + model.friction / COULOMB_SMOOTHING / np.cosh(
-        np.clip(v / COULOMB_SMOOTHING, -300, 300)) ** 2
+    slope = np.maximum(friction_slope(model, v), 0.0)
     lhs = dyn.crba(q) + dt * np.diag(slope)
     rhs = tau + joint_losses(model, v) - dyn.nonlinear_effects(q, v)
     if constraints:
@@ -238,7 +247,7 @@ def step(
         return dyn.aba(qs, vs, applied, f_ext or None)
 
     if method == "semi_implicit_euler":
-        stiff = losses and not f_ext and (model.damping.any() or model.friction.any())
+        stiff = losses and not f_ext and has_friction(model)
         a = _accel_implicit_losses(dyn, q, v, tau, dt, constraints, t) if stiff else accel(q, v)
         v_next = v + a * dt
         q_next = integrate(model, q, v_next, dt)
@@ -299,7 +308,7 @@ class CompiledSteps:
     order of operations. The compiled loop stops before a step it cannot take as the reference
     would (a non-finite input or result, an effective inertia that is not positive definite):
     the caller takes that step with ``step``, which raises or answers as it always does. The
-    model's damping, friction and position limits are read at each call.
+    model's friction coefficients and position limits are read at each call.
     """
 
     def __init__(self, dyn: Dynamics, kernels, method: str, losses: bool, limits: bool):
@@ -325,7 +334,8 @@ class CompiledSteps:
             row_law = lambda k: law(k, Q[k], V[k])  # noqa: E731 - the C loop calls it
         else:
             tau = np.ascontiguousarray(tau, dtype=float)
-        losses = (model.damping, model.friction) if self.losses else (None, None)
+        losses = ((model.damping, model.friction, model.stribeck_friction,
+                   model.stribeck_velocity) if self.losses else (None,) * 4)
         stops = (model.position_lower, model.position_upper) if self.limits else (None, None)
         done = self.kernels.rollout(Q, V, A, hit, tau, float(dt), self._integrator, *losses,
                                     *stops, row_law)
@@ -404,6 +414,9 @@ class Simulator:
     # True when ``effort_at`` depends on the state (a subclass with joint servos): the compiled
     # roll-out then calls it back before each step instead of tabulating it ahead
     state_feedback = False
+    # Told (times, q, v, effort) of the steps taken, one row per step: its start time and state
+    # and the effort it applied (``sensors.StateHistory.record``, for delayed readings)
+    recorder: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], None] | None = None
 
     def effort_at(self, t: float, q: np.ndarray, v: np.ndarray) -> np.ndarray:
         """The effort applied at time ``t`` in the state (q, v): the held command, zero once
@@ -428,9 +441,12 @@ class Simulator:
         if fast is not None and steps > 0:
             done = self._advance_compiled(fast, steps)
         for _ in range(steps - done):  # the reference: no fast path, or from a refused step
-            tau = self.applied_effort if self.wrench is None \
-                else self.applied_effort + self.external_effort()
-            result = step(self.dynamics, self.q, self.v, tau, self.dt,
+            effort = self.applied_effort
+            if self.recorder is not None:
+                self.recorder(np.array([self.time]), self.q[None], self.v[None], effort[None])
+            if self.wrench is not None:  # the push acts; the drives' effort is what is recorded
+                effort = effort + self.external_effort()
+            result = step(self.dynamics, self.q, self.v, effort, self.dt,
                           self.integrator, constraints=self.constraints, t=self.time)
             self.q, self.v, self.a, self.limit_hit = result.q, result.v, result.a, result.limit_hit
             self.time += self.dt
@@ -441,18 +457,28 @@ class Simulator:
         # the times at the start of each step as the reference loop accumulates them (an
         # accumulate adds in order), and the effort each one applies
         times = np.add.accumulate(np.r_[self.time, np.full(steps, self.dt)])
-        if self.state_feedback or self.wrench is not None:
+        drives = None  # with a push: the drives' efforts (the trace's include the push)
+        if self.wrench is not None:
+            starts, drives = times.tolist(), np.empty((steps, self.model.nv))
+
+            def pushed(k: int, q: np.ndarray, v: np.ndarray) -> np.ndarray:
+                drives[k] = self.effort_at(starts[k], q, v)
+                return drives[k] + self.external_effort(q)
+
+            trace = fast.run(self.q, self.v, None, self.dt, steps, law=pushed)
+        elif self.state_feedback:
             starts = times.tolist()
-            external = self.external_effort if self.wrench is not None \
-                else lambda q: 0.0  # noqa: E731
             trace = fast.run(self.q, self.v, None, self.dt, steps,
-                             law=lambda k, q, v: self.effort_at(starts[k], q, v) + external(q))
+                             law=lambda k, q, v: self.effort_at(starts[k], q, v))
         else:
             timed_out = times[:-1] - self.command_time > self.command_timeout
             tau = np.where(timed_out[:, None], 0.0, self.command) if timed_out.any() \
                 else self.command
             trace = fast.run(self.q, self.v, tau, self.dt, steps)
         done = trace.steps
+        if done and self.recorder is not None:
+            self.recorder(times[:done], trace.q[:done], trace.v[:done],
+                          trace.tau[:done] if drives is None else drives[:done])
         if done:
             self.q, self.v = trace.q[done].copy(), trace.v[done].copy()
             self.a, self.limit_hit = trace.a[done - 1].copy(), trace.limit_hit[done - 1].copy()

@@ -151,8 +151,9 @@ class ContactMonitor:
 
     def _current(self, controller: JointController) -> _Parts | None:
         parts = self._parts
-        if parts is not None and parts.controller is controller:
-            return parts
+        if parts is not None and parts.controller is controller \
+                and parts.observer.dynamics is controller.law.dynamics:
+            return parts  # (a new overlay swaps the controller's dynamics: built again)
         try:
             self._parts = parts = self._build(controller, self.settings)
         except ControllerError as exc:
@@ -282,7 +283,8 @@ class ContactMonitor:
                 self._mode = controller.mode
             controller.set_mode("gravity_compensation")
         elif self.reaction == "stop" and not self.loop.suspended:
-            self.loop.suspend(f"collision: {self.latched.describe()}")
+            self.loop.suspended = f"collision: {self.latched.describe()}"
+            self.loop.send_stop_command(self.loop.suspended)
 
     # ------------------------------------------------------------------ the executor
 
@@ -297,8 +299,10 @@ class ContactMonitor:
                     controller.set_mode(self.node.get_parameter("mode").value)
                 if reaction == "hold":
                     controller.hold_position = None  # hold where the arm is now
-            if reaction == "stop":
-                self.loop.suspend("")
+            if reaction == "stop":  # commands again, holding where the arm is
+                self.loop.suspended = ""
+                if controller is not None:
+                    controller.trajectory, controller.hold_position = None, None
             parts = self._parts
             if parts is not None:
                 parts.detector.reset()

@@ -20,10 +20,16 @@ usable joint state for ``state_timeout`` while commanding) it publishes one last
 that message decides what the arm does (docs/trajectory_controller.md, "What the arm is left
 with").
 
+The active gains are checked at the period the states come at (``stability``, a
+``StabilityGuard``: after the first states, when the gains, mode or controller change, and when
+the period drifts): gains that make the sampled loop unstable are not commanded with; the stop
+command goes out once and the reason stays on the log and /diagnostics until they change.
+
 The other parts of the node talk to the loop through its methods: ``install`` a controller,
-``start_publishing``/``stop_publishing``, ``suspend`` (no commands for a reason, as a collision's
-``stop`` reaction), ``set_max_rate``, ``reference_changed``/``holding_on_purpose`` (whether "no
-reference yet" is to be logged), ``fault`` (end what follows the reference), and listeners
+``start_publishing``/``stop_publishing``, ``suspended`` (set to a reason: no commands, whatever
+the lifecycle, as a collision's ``stop`` reaction; with ``send_stop_command``),
+``set_max_rate``, ``reference_changed``/``holding_on_purpose`` (whether "no reference yet" is to
+be logged), ``fault`` (end what follows the reference), and listeners
 (``set_command_monitor``, ``set_fault_listener``, ``set_state_recorder`` by key,
 ``set_first_state_callback``) called on the loop's thread.
 
@@ -56,7 +62,7 @@ from rb_dynamics.control import (
     holding_effort,
     restart_trajectory,
 )
-from rb_dynamics.control.stability import DEFAULT_STATE_PERIOD
+from rb_dynamics.control.stability import StabilityGuard
 from rb_dynamics.ros.conversions import to_seconds
 from rb_dynamics.ros.diagnostics import Statistics, Totals
 from rb_dynamics.ros.runtime import SpinThread, ThrottledLogger, take_queued
@@ -90,7 +96,8 @@ class ControlLoop:
         self._controller: JointController | None = None
         self._publishing = False  # False: states are taken and counted, nothing is published
         self._min_period = 0.0  # s between commands (max_publish_rate); 0: one per state
-        self._mean_period = 0.0  # s between commands, a running mean (0: none measured)
+        # the active gains checked at the measured state period (start-up, mode, drift)
+        self.stability = StabilityGuard()
         self.stats, self.totals = Statistics(), Totals()  # written on the loop thread
         self._ages = np.zeros(AGE_SLOTS)
         self._last_publish = -np.inf
@@ -99,7 +106,7 @@ class ControlLoop:
         self._monitor: CommandMonitor | None = None
         self._fault_listener: FaultListener | None = None
         self._recorders: dict[str, StateRecorder] = {}
-        self.suspended = ""  # why commanding is suspended (``suspend``); "": it is not
+        self.suspended = ""  # why no command goes out whatever the lifecycle; "": commands do
         self._first_state: Callable[[], None] | None = None
         self.stop_command = "gravity"  # gravity, zero or none: the node's stop_command
         self._commanding = False  # a command went out since the last stop command
@@ -133,6 +140,7 @@ class ControlLoop:
         """Answer the states with ``controller`` from the next one on. Call under ``lock``."""
         self._controller = controller
         self._hold_reported = False
+        self.stability.recheck()
 
     def start_publishing(self) -> None:
         """Publish efforts from the next state on; the controller first holds where the arm
@@ -144,23 +152,14 @@ class ControlLoop:
                 controller.trajectory, controller.hold_position = None, None
                 self._hold_reported = False
 
-    def suspend(self, why: str) -> None:
-        """No commands for ``why`` (the stop command goes out once) until ``suspend("")``, which
-        resumes holding where the arm is, whatever the lifecycle; call under ``lock``."""
-        self.suspended = why
-        if why:
-            self._send_stop_command(why)
-        elif self._controller is not None:
-            self._controller.trajectory, self._controller.hold_position = None, None
-
     def stop_publishing(self, why: str = "stopped") -> None:
         """Take and count states, publish nothing more after the stop command, if efforts were
         being published (``why``: for the log; takes ``lock``)."""
         with self.lock:
             self._publishing = False
-            self._send_stop_command(why)
+            self.send_stop_command(why)
 
-    def _send_stop_command(self, why: str) -> None:
+    def send_stop_command(self, why: str) -> None:
         """``stop_command`` once after the last command (under ``lock``)."""
         if not self._commanding:
             return
@@ -186,19 +185,33 @@ class ControlLoop:
             return
         age = self.now() - self._last_state
         if age > controller.max_state_age:
+            waiting = next(take_queued(self.state_sub, 1), None)
+            if waiting is not None:
+                # states came, and this thread, held up, had not read them: not a stale
+                # stream (a state that is itself too old is refused as it is read)
+                self._on_joint_state(waiting)
+                return
             with self.lock:
                 if self._commanding and self._controller is controller:
                     why = self.stats.last_problem  # a refusal's reason stays in sight
                     self.problem(f"no usable joint state for {age:.3f} s (state_timeout "
                                  f"{controller.max_state_age} s): stopped commanding"
                                  + (f" (last problem: {why})" if why else ""), "stale")
-                    self._send_stop_command("joint states stopped")
+                    self.send_stop_command("joint states stopped")
                     self.fault("stale", f"no usable joint state for {age:.3f} s (state_timeout "
                                f"{controller.max_state_age} s)", controller)
                     # the next fresh state restarts the reference from there (the docstring)
                     controller.hold_position = None
                     self._restart_reference = True
                     self._hold_reported = False
+
+    def _refuse_unstable_gains(self, why: str, controller: JointController) -> None:
+        """Gains the loop cannot take at the measured period: no command (the stop command
+        once, a goal ends), the reason logged and on /diagnostics until they are changed."""
+        self.problem(f"{why}; not commanding until the gains are changed", "unstable gains")
+        if self._commanding:
+            self.send_stop_command("unstable gains")
+            self.fault("gains", why, controller)
 
     def fault(self, kind: str, why: str, controller: JointController) -> None:
         """Tell the fault listener (call under ``lock``)."""
@@ -208,6 +221,7 @@ class ControlLoop:
     def set_max_rate(self, rate: float) -> None:
         """At most ``rate`` commands per second (0: one per state)."""
         self._min_period = 1.0 / rate if rate > 0 else 0.0
+        self.stability.min_period = self._min_period
 
     def reference_changed(self) -> None:
         """A new reference, mode or controller: "no reference yet" may be logged again. Call
@@ -318,6 +332,10 @@ class ControlLoop:
             if restart_trajectory(controller, state_time):
                 self.node.get_logger().info("joint states back: the reference restarts from "
                                             "the measured state")
+        unstable = self.stability.observe(controller, now)
+        if unstable is not None:
+            self._refuse_unstable_gains(unstable, controller)
+            return False
         self.stats.states += 1
         # on sim time a state's age runs from its stamp: /clock as this node has read it lags
         # the states on a busy machine, and a lagging clock that catches up at once would make
@@ -356,20 +374,7 @@ class ControlLoop:
         command.data = effort.tolist()
         self.effort_pub.publish(command)
 
-    @property
-    def command_period(self) -> float:
-        """The mean period (s, node clock) of the commands, the sampled loop's; before any
-        were measured ``DEFAULT_STATE_PERIOD``. Gaps longer than ``state_timeout`` (the loop
-        was stopped) are not counted."""
-        return self._mean_period or DEFAULT_STATE_PERIOD
-
     def _account(self, now: float, elapsed: float, stamp: float) -> None:
-        gap = now - self._last_publish
-        controller = self._controller
-        if 0.0 < gap <= (controller.max_state_age if controller is not None else 0.0):
-            # a running mean over ~100 commands
-            self._mean_period = gap if not self._mean_period else (
-                self._mean_period + 0.01 * (gap - self._mean_period))
         self._last_publish = now
         self.stats.commands += 1
         self.totals.commands += 1

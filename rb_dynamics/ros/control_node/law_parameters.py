@@ -4,7 +4,11 @@ and changes to a running one, validated before anything is set (no rclpy import)
 
 The gains (``kp``, ``kd``, ``impedance.stiffness``, ``impedance.damping``, ``ki``,
 ``i_clamp``) are one value per commanded joint or one for all; a refusal names the parameter
-and its bad entry. The switches (``friction_compensation``, ``soft_limits``,
+and its bad entry. Impedance's stiffness and damping may be left empty: each joint's is then
+that of a critically damped loop at ``impedance.frequency`` on its own inertia
+(``stability.impedance_gains_for``), as one value cannot suit a shoulder and a wrist alike.
+Gains that make the sampled loop unstable at the measured state period are refused naming
+the bound (``check_stable_gains``). The switches (``friction_compensation``, ``soft_limits``,
 ``interpolate_from_desired_state``, ``refuse_infeasible_trajectories``), ``state_timeout``,
 ``effort_scale`` and the handling of joint states without velocities (``missing_velocity``,
 ``velocity_cutoff``) apply as they are.
@@ -18,16 +22,18 @@ from typing import Any
 import numpy as np
 
 from rb_dynamics.control import ControllerError, JointController, MissingVelocity, check_gains
-from rb_dynamics.control.stability import effective_inertia, gain_bound_violation
+from rb_dynamics.control.stability import active_gain_problem, impedance_gains_for
 
-__all__ = ["GAINS", "LAW_PARAMETERS", "apply_law_changes", "check_command_hold",
-           "check_law_changes", "check_stable_gains", "controller_options"]
+__all__ = ["GAINS", "IMPEDANCE", "LAW_PARAMETERS", "apply_law_changes", "check_command_hold",
+           "check_law_changes", "check_stable_gains", "controller_options", "impedance_gains"]
 
 # parameter → JointController.set_gains keyword; i_clamp alone may be inf (unclamped)
 GAINS = {"kp": "kp", "kd": "kd", "impedance.stiffness": "stiffness",
          "impedance.damping": "damping", "ki": "ki", "i_clamp": "i_clamp"}
+# the parameters of impedance's spring and damper (stiffness and damping empty: derived)
+IMPEDANCE = ("impedance.stiffness", "impedance.damping", "impedance.frequency")
 # the parameters whose change rebuilds a description refused for them
-LAW_PARAMETERS = (*GAINS, "mode")
+LAW_PARAMETERS = (*GAINS, "impedance.frequency", "mode")
 
 
 def _check(name: str, value: Any, count: int | None) -> np.ndarray:
@@ -35,39 +41,50 @@ def _check(name: str, value: Any, count: int | None) -> np.ndarray:
 
 
 def check_law_changes(changes: dict[str, Any], count: int | None) -> dict[str, np.ndarray]:
-    """The gains among ``changes``, validated for ``count`` commanded joints (None: values
-    only), by ``set_gains`` keyword; ``ControllerError`` naming the parameter otherwise."""
+    """The gains among ``changes`` but impedance's (``impedance_gains``), validated for
+    ``count`` commanded joints (None: values only), by ``set_gains`` keyword;
+    ``ControllerError`` naming the parameter otherwise."""
     return {GAINS[name]: _check(name, value, count)
-            for name, value in changes.items() if name in GAINS}
+            for name, value in changes.items() if name in GAINS and name not in IMPEDANCE}
 
 
-# the gain pairs of a PD loop: (position gain, damping gain, acting on the inertia)
-PD_PAIRS = ((("kp", "kd"), False), (("impedance.stiffness", "impedance.damping"), True))
+def impedance_gains(controller: JointController | None, value: Callable[[str], Any]
+                    ) -> dict[str, np.ndarray]:
+    """Impedance's ``stiffness`` and ``damping`` (``set_gains`` keywords, one per commanded
+    joint) from the parameters (``value(name)``: the new value or the current one): given
+    ones validated, empty ones derived (``stability.impedance_gains_for``). Without a
+    controller only the given values are checked (and nothing returned)."""
+    count = None if controller is None else len(controller.joints)
+    given = {name: _check(name, value(name), count) if len(value(name)) else None
+             for name in IMPEDANCE[:2]}
+    if controller is None:
+        return {}
+    stiffness, damping = impedance_gains_for(controller, value("impedance.frequency"),
+                                             *given.values())
+    return {"stiffness": stiffness, "damping": damping}
+
+
+# the gains each mode's loop runs on (ki: both)
+MODE_GAINS = {"computed_torque": ("kp", "kd", "ki"), "impedance": ("stiffness", "damping", "ki")}
 
 
 def check_stable_gains(controller: JointController, changes: dict[str, Any],
                        gains: dict[str, np.ndarray], period: float) -> None:
-    """``ControllerError`` when the gains after ``changes`` (``gains`` from
-    ``check_law_changes``) make the loop sampled every ``period`` s unstable
-    (``stability.gain_bound_violation``; impedance's on the effective inertia at the measured
-    state, at the zero configuration before one). Only pairs with a changed gain are checked:
-    a running controller's gains are not refused for a period measured later."""
-    law = controller.law
-
-    def after(name: str) -> np.ndarray:  # per commanded joint, as it would be
-        return gains[GAINS[name]] if name in changes else getattr(law, GAINS[name])[
-            controller.index]
-
-    for (position, damping), on_inertia in PD_PAIRS:
-        if position not in changes and damping not in changes:
-            continue
-        kp, kd = after(position), after(damping)
-        inertia = None
-        if on_inertia:
-            q = controller.q if controller.q is not None else np.zeros(controller.model.nq)
-            inertia = effective_inertia(law.dynamics.crba(q))[controller.index]
-        why = gain_bound_violation(kp, kd, period, controller.joints, (position, damping),
-                                   inertia)
+    """``ControllerError`` when ``changes`` (``gains``: their ``set_gains`` keywords) make
+    the loop sampled every ``period`` s unstable (``stability.active_gain_problem``): in the
+    mode switched to, and in every mode whose gains they change (refused when set, not when
+    that mode is switched to)."""
+    index = controller.index
+    over_v = {}
+    for keyword, values in gains.items():
+        full = np.array(getattr(controller.law, keyword), float)
+        full[index] = values
+        over_v[keyword] = full
+    modes = [mode for mode, own in MODE_GAINS.items() if set(own) & set(gains)]
+    if "mode" in changes:
+        modes.append(changes["mode"])
+    for mode in modes:
+        why = active_gain_problem(controller, period, mode, over_v)
         if why is not None:
             raise ControllerError(why)
 
@@ -84,7 +101,8 @@ def check_command_hold(max_publish_rate: float, state_timeout: float) -> None:
 
 def controller_options(value: Callable[[str], Any]) -> dict[str, Any]:
     """``JointController`` keywords from the parameters (``value(name)``)."""
-    options = {keyword: list(value(name)) for name, keyword in GAINS.items()}
+    options = {keyword: list(value(name)) for name, keyword in GAINS.items()
+               if name not in IMPEDANCE}  # impedance's need the controller: impedance_gains
     options.update(mode=value("mode"), friction_compensation=value("friction_compensation"),
                    soft_limits=value("soft_limits"),
                    interpolate_from_desired_state=value("interpolate_from_desired_state"),

@@ -1,29 +1,39 @@
 # SPDX-License-Identifier: Apache-2.0
 """The control node's robot: a description loaded, its dynamics and controller built off the
-executor thread, and all of it swapped in whole.
+executor thread, and all of it swapped in whole; and its dynamics overlay.
 
 Parsing a big URDF never stalls the services, and the control loop goes on with the old model
 until the new one is installed. A description that cannot be used leaves the old model in
 place and is said (``refused``); one refused for its gains (a ``ControllerError``) is tried
 again when the law's gains or ``mode`` change (``retry``).
+
+The overlay (``rb_dynamics.model.overlay``: armature, friction, effort offsets per joint) is
+applied to every description loaded: the ``dynamics_overlay`` parameter's file, read at each
+load, until ``~/set_dynamics_overlay`` gives one (``set_overlay``); then that one. A file that
+cannot be read, or an overlay that does not fit the description, refuses the description.
+``set_overlay`` swaps the overlaid model in between two commands: new dynamics (answering at
+once on the reference algorithms, on generated kernels with the new armature once built), given
+to the running controller (``control.swap_dynamics``: its reference and goal go on).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
 from rclpy.node import Node
 
-from rb_dynamics.control import ControllerError, JointController
+from rb_dynamics.control import ControllerError, JointController, swap_dynamics
 from rb_dynamics.dynamics import ConstraintSet, LiveDynamics
-from rb_dynamics.model import Model, load_model
+from rb_dynamics.model import DynamicsOverlay, Model, apply_overlay, load_model, read_overlay
 from rb_dynamics.ros import parameters as ros_params
 from rb_dynamics.ros.constraint_parameters import ConstraintParameters
 from rb_dynamics.ros.model_source import ModelSource
-from rb_dynamics.ros.runtime import LatestOnlyWorker
+from rb_dynamics.ros.runtime import LatestOnlyWorker, freeze_long_lived
 
 from .control_loop import ControlLoop
+from .law_parameters import impedance_gains
 
 __all__ = ["BuildController", "Installed", "ModelLoader"]
 
@@ -35,11 +45,12 @@ Installed = Callable[[Model, "JointController | None"], None]
 
 
 class ModelLoader:
-    """Owns the node's ``model``, ``dynamics`` and where they came from (``origin``).
+    """Owns the node's ``model`` (the description's, ``urdf_model``, with the ``overlay``
+    applied), its ``dynamics`` and where they came from (``origin``, ``overlay_origin``).
 
     ``follow_sources`` takes the description from the documented sources (at once, then each
-    new one off the executor thread); ``constraints_for`` builds the declared constraints once
-    per model.
+    new one off the executor thread); ``set_overlay`` replaces the overlay; ``constraints_for``
+    builds the declared constraints once per model.
     """
 
     def __init__(self, node: Node, loop: ControlLoop, build_controller: BuildController,
@@ -49,6 +60,14 @@ class ModelLoader:
         self.model: Model | None = None
         self.dynamics: LiveDynamics | None = None
         self.origin = ""  # where the model came from ("": none yet)
+        self.urdf_model: Model | None = None  # the description's, before the overlay
+        self.overlay: DynamicsOverlay | None = None  # the overlay on ``model`` (None: none)
+        self.overlay_origin = ""  # where it came from ("": none)
+        # (overlay, origin) given by ~/set_dynamics_overlay (the parameter's file is then no
+        # longer read); None: the parameter's
+        self._given: tuple[DynamicsOverlay | None, str] | None = None
+        self._swap = threading.Lock()  # one model or overlay swap at a time
+        self.overlay_changed: Callable[[Model], None] = lambda model: None
         self.refused = ""  # why the last description was refused, until one is taken
         self._retry: tuple[str, str] | None = None  # refused for its gains: tried again
         self.constraint_parameters = ConstraintParameters(
@@ -95,23 +114,70 @@ class ModelLoader:
         """Load and swap in a new model; on any error keep the old one and say why."""
         node = self.node
         try:
-            model = load_model(source, floating_base=node.get_parameter("floating_base").value,
-                               gravity=node.get_parameter("gravity").value)
-            dynamics = LiveDynamics(model, node.get_parameter("dynamics_kernels").value,
-                                    on_switch=self._on_kernels)
-            controller = self.build_controller(model, dynamics, changes)
+            bare = load_model(source, floating_base=node.get_parameter("floating_base").value,
+                              gravity=node.get_parameter("gravity").value)
+            with self._swap:  # the overlay cannot change between its reading and the swap
+                overlay, overlay_origin = self._overlay()
+                model = bare if overlay is None else _overlaid(bare, overlay, overlay_origin)
+                dynamics = self._dynamics(model)
+                controller = self.build_controller(model, dynamics, changes)
+                with self.loop.lock:
+                    self.model, self.dynamics, self.origin = model, dynamics, origin
+                    self.urdf_model = bare
+                    self.overlay, self.overlay_origin = overlay, overlay_origin
+                    self.loop.install(controller)
         except Exception as exc:  # noqa: BLE001 - a description must never end the node
             kept = f"; keeping {self.model.name!r}" if self.model is not None else ""
             self.refused = f"description from {origin} refused: {exc}"
             node.get_logger().error(f"cannot use the description from {origin}: {exc}{kept}")
             self._retry = (source, origin) if isinstance(exc, ControllerError) else None
             return
-        with self.loop.lock:
-            self.model, self.dynamics, self.origin = model, dynamics, origin
-            self.loop.install(controller)
         self.refused, self._retry = "", None
         self.installed(model, controller)
         self._report(model, controller, origin)
+        freeze_long_lived()  # the model and its controller live until the next description
+
+    def _dynamics(self, model: Model) -> LiveDynamics:
+        return LiveDynamics(model, self.node.get_parameter("dynamics_kernels").value,
+                            on_switch=self._on_kernels)
+
+    def _overlay(self) -> tuple[DynamicsOverlay | None, str]:
+        """The overlay for a description: the one given at run time, else the parameter's
+        file, read now (ValueError naming the file when it cannot be)."""
+        if self._given is not None:
+            return self._given
+        path = self.node.get_parameter("dynamics_overlay").value
+        if not path:
+            return None, ""
+        try:
+            return read_overlay(path), f"file {path}"
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"dynamics_overlay {path!r}: {exc}") from None
+
+    def set_overlay(self, overlay: DynamicsOverlay | None, origin: str) -> Model:
+        """Swap in the description's model with ``overlay`` (None: the URDF's values) between
+        two commands; the new model. ValueError (nothing changed) when there is no model yet
+        or the overlay does not fit it."""
+        with self._swap:
+            bare = self.urdf_model
+            if bare is None:
+                raise ValueError("no robot description loaded yet" + (
+                    f" ({self.refused})" if self.refused else ""))
+            model = bare if overlay is None else _overlaid(bare, overlay, origin)
+            dynamics = self._dynamics(model)
+            with self.loop.lock:
+                controller = self.loop.controller
+                if controller is not None:
+                    swap_dynamics(controller, dynamics)
+                    # impedance's derived gains follow the inertia the overlay gives
+                    controller.set_gains(**impedance_gains(
+                        controller, lambda name: self.node.get_parameter(name).value))
+                    self.loop.stability.recheck()
+                self.model, self.dynamics = model, dynamics
+                self.overlay, self.overlay_origin = overlay, origin if overlay else ""
+                self._given = (self.overlay, self.overlay_origin)
+        self.overlay_changed(model)
+        return model
 
     def _report(self, model: Model, controller: JointController | None, origin: str) -> None:
         log = self.node.get_logger()
@@ -132,3 +198,12 @@ class ModelLoader:
 
     def _on_kernels(self, kind: str) -> None:
         self.node.get_logger().info(f"dynamics kernels: {kind}")
+        freeze_long_lived()
+
+
+def _overlaid(model: Model, overlay: DynamicsOverlay, origin: str) -> Model:
+    """``model`` with ``overlay``; ValueError naming where it came from when it does not fit."""
+    try:
+        return apply_overlay(model, overlay)
+    except ValueError as exc:
+        raise ValueError(f"the dynamics overlay ({origin}) does not fit: {exc}") from None

@@ -14,7 +14,8 @@ run-time parameters:
 - ``TrajectoryTopic`` (trajectory_topic.py): ``~/joint_trajectory``;
 - ``TrajectoryAction`` (trajectory_action.py): ``~/follow_joint_trajectory``,
   ``~/controller_state``;
-- ``DynamicsServices`` (dynamics_services.py), ``PayloadServices`` (payload_services.py);
+- ``DynamicsServices`` (dynamics_services.py), ``PayloadServices`` (payload_services.py),
+  ``OverlayService`` (overlay_service.py: the dynamics overlay, with ``ModelLoader``);
 - ``ControlStatus`` (status.py): /diagnostics;
 - ``ContactMonitor`` (contact.py): the external efforts from the momentum observer,
   ``~/external_efforts``, ``~/external_wrench``, ``~/collision``, ``~/reset_collision``;
@@ -31,8 +32,9 @@ Topics
     ~/collision (pub, rb_dynamics_interfaces/Collision)  a collision detected
     /diagnostics (pub, diagnostic_msgs/DiagnosticArray)  about once a second
 Services (rb_dynamics_interfaces): ~/inverse_dynamics, ~/forward_dynamics, ~/dynamics_terms,
-~/simulate, ~/set_payload, ~/identify_payload, ~/trajectory_efforts (the dynamics services
-answer for the robot with its payload); ~/reset_collision (std_srvs/Trigger). Action:
+~/simulate, ~/set_payload, ~/identify_payload, ~/trajectory_efforts, ~/set_dynamics_overlay
+(the dynamics services answer for the robot with its overlay and its payload);
+~/reset_collision (std_srvs/Trigger). Action:
 ~/follow_joint_trajectory (control_msgs/FollowJointTrajectory).
 
 A managed (lifecycle) node: with ``autostart`` (the default) it configures and activates itself
@@ -65,14 +67,17 @@ from .contact import CONTACT_PARAMETERS, ContactMonitor
 from .control_loop import ControlLoop
 from .dynamics_services import DynamicsServices
 from .law_parameters import (
+    IMPEDANCE,
     LAW_PARAMETERS,
     apply_law_changes,
     check_command_hold,
     check_law_changes,
     check_stable_gains,
     controller_options,
+    impedance_gains,
 )
 from .model_loader import ModelLoader
+from .overlay_service import OverlayService
 from .payload_services import PAYLOAD_PARAMETERS, PayloadServices
 from .status import ControlStatus
 from .trajectory_action import TRAJECTORY_PARAMETERS, TrajectoryAction
@@ -106,10 +111,15 @@ class ControlNode(LifecycleNode):
         self.trajectory_topic = TrajectoryTopic(self, self.loop, self._state,
                                                 lambda: self.model_loader.model)
         self.payload = PayloadServices(self, self.loop, lambda: self.model_loader.dynamics)
+        self.overlay = OverlayService(self, self.model_loader)
+        # an overlay swapped in is the same robot: the resting states recorded for payload
+        # identification stay, and so does the payload's term (a payload moves no rotor)
+        self.model_loader.overlay_changed = self.payload.samples.rebind
         self.dynamics_services = DynamicsServices(self, self.payload.dynamics,
                                                   self.model_loader.constraints_for)
         self.status = ControlStatus(self, self.loop, self.model_loader, self._state,
-                                    self.payload.diagnostic_values)
+                                    lambda: {**self.overlay.diagnostic_values(),
+                                             **self.payload.diagnostic_values()})
         self.contact = ContactMonitor(self, self.loop)
         self.add_on_set_parameters_callback(self._on_set_parameters)
         refuse_invalid_transitions(self)
@@ -156,6 +166,7 @@ class ControlNode(LifecycleNode):
         joints = list(value("joints")) or None
         controller = JointController(model, joints, dynamics=dynamics,
                                      **controller_options(value))
+        controller.set_gains(**impedance_gains(controller, value))
         controller.effort_scale = value("effort_scale")
         self.payload.attach(controller)
         return controller
@@ -220,8 +231,11 @@ class ControlNode(LifecycleNode):
             c = self.loop.controller
             count = None if c is None else len(c.joints)
             gains = check_law_changes(changes, count)
+            if set(IMPEDANCE) & set(changes):
+                gains.update(impedance_gains(
+                    c, lambda name: changes.get(name, self.get_parameter(name).value)))
             if c is not None:
-                check_stable_gains(c, changes, gains, self.loop.command_period)
+                check_stable_gains(c, changes, gains, self.loop.stability.loop_period)
             if {"max_publish_rate", "state_timeout"} & set(changes):
                 check_command_hold(*(changes.get(name, self.get_parameter(name).value)
                                      for name in ("max_publish_rate", "state_timeout")))
@@ -231,6 +245,8 @@ class ControlNode(LifecycleNode):
         with self.loop.lock:  # every change is valid: the control loop sees all or none
             if c is not None and apply_law_changes(c, changes, gains):
                 self.loop.reference_changed()
+            if set(LAW_PARAMETERS) & set(changes):
+                self.loop.stability.recheck()
             self.loop.stop_command = changes.get("stop_command", self.loop.stop_command)
             if "max_publish_rate" in changes:
                 self.loop.set_max_rate(changes["max_publish_rate"])

@@ -275,6 +275,9 @@ class TrajectoryAction:
                             f"mode to one of {REFERENCE_MODES} to follow trajectories (ros2 "
                             f"param set {self.node.get_fully_qualified_name()} mode "
                             "computed_torque)")
+        if self.loop.stability.problem is not None:
+            raise GoalError(INVALID_GOAL, f"the controller is not commanding: "
+                            f"{self.loop.stability.problem}")
         check_goal_message(goal, controller.joints,
                            self.settings["allow_nonzero_velocity_at_trajectory_end"])
         trajectory = goal.trajectory
@@ -304,6 +307,9 @@ class TrajectoryAction:
         if goal is None:  # not through _on_goal: never expected
             handle.execute(self._unexpected)
             return
+        # rclpy keeps the request as long as the goal handle (to action_result_timeout after
+        # the end); its points live on in the sampler's arrays: free their objects now
+        handle.request.trajectory.points = []
         goal.handle = handle
         with self.loop.lock:
             if self.loop.controller is not goal.controller or self.lifecycle_state() != "active":

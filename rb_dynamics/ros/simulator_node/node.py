@@ -28,10 +28,16 @@ Run-time parameters: ``real_time_factor``, ``command_timeout``; the others are r
 every one is described in ``parameters.yaml`` beside this module (the node's schema) and
 listed in ``config/simulator.yaml`` and docs/parameters.md.
 ``~/set_payload`` (rb_dynamics_interfaces/SetPayload) puts a payload on the simulated robot
-(the state kept, see payload.py); ``effort_noise`` adds a torque sensor's noise to the
-published efforts. ``~/external_wrench`` (geometry_msgs/WrenchStamped) pushes on a link, and
-``~/true_external_efforts`` (sensor_msgs/JointState) publishes the joint efforts it makes
-(external_wrench.py).
+(the state kept, see payload.py). ``~/external_wrench`` (geometry_msgs/WrenchStamped) pushes
+on a link, and ``~/true_external_efforts`` (sensor_msgs/JointState) publishes the joint efforts
+it makes (external_wrench.py).
+
+The real arm (docs/simulator.md): ``dynamics_overlay`` gives the simulated robot its own
+armature, friction (Coulomb, viscous, Stribeck) and effort-sensor offset; joint_states then
+report what a driver's sensors would (``simulation.sensors``: ``effort_noise`` and
+``effort_noise_relative``, the offset, ``effort_resolution``, ``encoder_resolution``,
+``measurement_delay``, ``effort_delay``, ``publish_jitter``, stamped as ``measurement_stamp``
+says). All off by default: the simulated state, exact, stamped when it is published.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from typing import Any
 import numpy as np
 from builtin_interfaces.msg import Time
 from rcl_interfaces.msg import SetParametersResult
+from rclpy.duration import Duration
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile, ReliabilityPolicy
@@ -58,12 +65,19 @@ from rb_dynamics.ros.constraint_parameters import PREFIX, ConstraintParameters
 from rb_dynamics.ros.conversions import ConversionError, JointLayout, from_seconds, to_seconds
 from rb_dynamics.ros.model_source import ModelSource
 from rb_dynamics.ros.runtime import ThrottledLogger
+from rb_dynamics.simulation import StateHistory
 from rb_dynamics_interfaces.srv import SetState
 
 from .commands import CommandInputs
 from .external_wrench import ExternalWrench
 from .payload import SimulatorPayload
-from .simulated_robot import command_layout_of, joint_order, make_simulator, simulated_model
+from .simulated_robot import (
+    command_layout_of,
+    joint_order,
+    joint_sensors,
+    make_simulator,
+    simulated_model,
+)
 
 # Lock-step: a state whose command never comes (lost, or answered while paused) is published
 # again after this long, rather than stalling the loop until lockstep_timeout
@@ -95,7 +109,12 @@ class SimulatorNode(Node):
         self.sim = make_simulator(self.model, self.layout, self.dynamics, self.joint_layout,
                                   self.constraints, settings)
         self.rtf = settings["real_time_factor"]
-        self.effort_noise, self.rng = settings["effort_noise"], np.random.default_rng()
+        self.rng = np.random.default_rng()
+        self.sensors = joint_sensors(self.model, self.joint_layout, settings)
+        self.stamp_described = settings["measurement_stamp"] == "described"
+        self.history = StateHistory(len(self.joints), self.sensors.span)
+        if self.sensors.span > 0:  # delayed readings need the steps between publications
+            self.sim.recorder = self._record
         self.paused = bool(settings["start_paused"]) or self.problem is not None
         if self.problem:
             self.get_logger().error(f"{self.problem}: the simulator stays paused")
@@ -204,6 +223,8 @@ class SimulatorNode(Node):
     def _on_reset(self, _request, response):
         self.clock_offset += self.sim.time  # /clock never runs backwards
         self.sim.reset()
+        self.history.clear()  # the simulated time restarts
+        self.sensors.restart()
         self.sim_debt = 0.0
         response.success, response.message = True, "state reset to the initial configuration"
         return response
@@ -308,25 +329,41 @@ class SimulatorNode(Node):
         self.steps_done += steps
         return steps
 
-    def _sim_time(self) -> Time:
-        return from_seconds(self.sim.time + self.clock_offset, Time())
+    def _sim_time(self, t: float) -> Time:
+        return from_seconds(t + self.clock_offset, Time())
+
+    def _record(self, times, q, v, effort) -> None:
+        """The simulator's steps (start time, state, applied effort), for delayed readings."""
+        qi, vi = self.joint_layout.q_index, self.joint_layout.v_index
+        self.history.record(times, q[:, qi], v[:, vi], effort[:, vi])
 
     def _publish(self) -> None:
+        """The state the driver's sensors report now (``simulation.sensors``), stamped with
+        the instant it describes or the one it was sampled at (``measurement_stamp``)."""
+        now, sim = self.sim.time, self.sim
+        qi, vi = self.joint_layout.q_index, self.joint_layout.v_index
+        q, v, effort = sim.q[qi], sim.v[vi], sim.applied_effort[vi]
+        if self.sensors.span > 0:  # delayed or jittered: from the recent steps
+            self.history.record(now, q, v, effort)
+            reading = self.sensors.read(self.history, now, self.rng)
+        else:
+            reading = self.sensors.read_current(now, q, v, effort, self.rng)
+        instant = reading.describes if self.stamp_described else reading.sampled
         msg = JointState()
         if self.clock_pub is not None or self.external_clock:
-            msg.header.stamp = self._sim_time()
+            msg.header.stamp = self._sim_time(instant)
             if self.clock_pub is not None:
-                # the clock first: a node on sim time then reads the instant the state describes
-                self.clock_pub.publish(Clock(clock=msg.header.stamp))
+                # the clock first: a node on sim time then has the instant the state describes
+                self.clock_pub.publish(Clock(clock=self._sim_time(now)))
         else:
-            msg.header.stamp = self.get_clock().now().to_msg()
+            stamp = self.get_clock().now()
+            if instant < now:  # wall time: the simulated lag at the real-time factor
+                stamp -= Duration(nanoseconds=round((now - instant) / self.rtf * 1e9))
+            msg.header.stamp = stamp.to_msg()
         msg.name = self.joints
-        msg.position = self.sim.q[self.joint_layout.q_index].tolist()
-        msg.velocity = self.sim.v[self.joint_layout.v_index].tolist()
-        effort = self.sim.applied_effort[self.joint_layout.v_index]
-        if self.effort_noise > 0.0:
-            effort = effort + self.rng.normal(0.0, self.effort_noise, effort.shape)
-        msg.effort = effort.tolist()
+        msg.position = reading.position.tolist()
+        msg.velocity = reading.velocity.tolist()
+        msg.effort = reading.effort.tolist()
         self.state_pub.publish(msg)
         self.external.publish(msg.header.stamp)
 

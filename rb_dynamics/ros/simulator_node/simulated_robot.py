@@ -14,20 +14,41 @@ from typing import Any
 import numpy as np
 
 from rb_dynamics.dynamics import ConstraintSet, Dynamics
-from rb_dynamics.model import CommandLayout, Model, command_layout, load_model, read_ros2_control
+from rb_dynamics.model import (
+    CommandLayout,
+    Model,
+    apply_overlay,
+    command_layout,
+    load_model,
+    read_overlay,
+    read_ros2_control,
+)
 from rb_dynamics.ros.conversions import JointLayout
-from rb_dynamics.simulation import JointDrives, ServoSimulator, make_drives, servo_gains
+from rb_dynamics.simulation import (
+    JointDrives,
+    JointSensors,
+    ServoSimulator,
+    make_drives,
+    servo_gains,
+)
 
-__all__ = ["command_layout_of", "joint_order", "make_simulator", "simulated_model"]
+__all__ = ["command_layout_of", "joint_order", "joint_sensors", "make_simulator",
+           "simulated_model"]
 
 Settings = dict[str, Any]
 
 
 def simulated_model(source: str, settings: Settings) -> Model:
-    """The URDF's model with ``gravity``, and ``damping``/``friction`` (one value ≥ 0 per
-    velocity coordinate; [] = the URDF's) and ``position_limits`` (false: none) applied: a new
-    model, the loaded one is not changed."""
+    """The URDF's model with ``gravity``, the ``dynamics_overlay`` file (the true robot's
+    armature, friction and effort offset), and ``damping``/``friction`` (one value ≥ 0 per
+    velocity coordinate; [] = the URDF's or the overlay's) and ``position_limits`` (false:
+    none) applied: a new model, the loaded one is not changed."""
     model = load_model(source, gravity=settings["gravity"])
+    if settings["dynamics_overlay"]:
+        try:
+            model = apply_overlay(model, read_overlay(settings["dynamics_overlay"]))
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"dynamics_overlay: {exc}") from None
     changes: dict[str, np.ndarray] = {}
     for name in ("damping", "friction"):
         values = settings[name]
@@ -106,3 +127,15 @@ def _gain_overrides(layout: CommandLayout, settings: Settings) -> dict[str, tupl
         raise ValueError(f"servo_gain_joints {bad or names}: each a movable joint once "
                          f"({layout.joints}), with finite gains ≥ 0")
     return {n: (p, d) for n, p, d in zip(names, kp, kd)}
+
+
+def joint_sensors(model: Model, joints: JointLayout, settings: Settings) -> JointSensors:
+    """What joint_states report of the ``joints``: the sensor parameters, and the model's
+    effort offset (its overlay's)."""
+    return JointSensors(
+        model.effort_offset[joints.v_index], effort_noise=settings["effort_noise"],
+        effort_noise_relative=settings["effort_noise_relative"],
+        effort_resolution=settings["effort_resolution"],
+        encoder_resolution=settings["encoder_resolution"],
+        delay=settings["measurement_delay"], effort_delay=settings["effort_delay"],
+        jitter=settings["publish_jitter"])

@@ -1,0 +1,90 @@
+# SPDX-License-Identifier: Apache-2.0
+"""An excitation plan on disk: the trajectory goal a controller executes, and the plan itself.
+
+- ``excitation_goal``: a ``control_msgs/action/FollowJointTrajectory`` goal as plain data (the
+  YAML that ``ros2 action send_goal`` takes): a point at ``lead_in`` s at the trajectory's start
+  at rest (the controller gets there from wherever the arm is), then ``periods`` periods sampled
+  every ``step`` s with positions, velocities and accelerations (quintic segments between
+  them reproduce the series), then a second at rest where it started;
+- ``write_plan`` / ``read_plan``: ``plan.json``: the Fourier coefficients, the lead-in and
+  period count, and the report (condition number, peak efforts against their limits);
+  ``rb_dynamics_identify fit`` reads it to find the excitation in a recording.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from .excitation import ExcitationPlan
+from .fourier import FourierTrajectory
+
+__all__ = ["PLAN_FORMAT", "excitation_goal", "plan_report", "read_plan", "write_plan"]
+
+PLAN_FORMAT = "rb_dynamics/excitation_plan"
+
+
+def _duration(seconds: float) -> dict:
+    sec = int(np.floor(seconds))
+    return {"sec": sec, "nanosec": int(round((seconds - sec) * 1e9)) % 1_000_000_000}
+
+
+def excitation_goal(trajectory: FourierTrajectory, periods: int, lead_in: float = 5.0,
+                    step: float = 0.05, hold: float = 1.0) -> dict:
+    """The FollowJointTrajectory goal (plain data) of ``periods`` periods after ``lead_in``,
+    then ``hold`` s at rest where it started (the last period ends inside the goal, before a
+    controller's end-of-goal behaviour)."""
+    n_steps = int(round(periods * trajectory.period / step))
+    t = np.arange(n_steps + 1) * step
+    q, qd, qdd = trajectory.evaluate(t)
+    qd[-1] = qdd[-1] = 0.0  # exactly at rest at the end (the series is, to rounding)
+    points = [{"positions": _round(q[k]), "velocities": _round(qd[k]),
+               "accelerations": _round(qdd[k]), "time_from_start": _duration(lead_in + t[k])}
+              for k in range(len(t))]
+    if hold > 0:
+        points.append(dict(points[-1], time_from_start=_duration(lead_in + t[-1] + hold)))
+    return {"trajectory": {"joint_names": list(trajectory.joints), "points": points}}
+
+
+def _round(x: np.ndarray) -> list[float]:
+    return [float(f"{v:.10g}") for v in x]
+
+
+def plan_report(plan: ExcitationPlan) -> dict:
+    """The plan's figures: condition number, and per joint the peaks against the limits."""
+    lim = plan.limits
+    joints = {}
+    for j, name in enumerate(plan.trajectory.joints):
+        joints[name] = {
+            "position": _round(plan.peak_position[j]),
+            "position_bounds": _round(np.array([lim.lower[j], lim.upper[j]])),
+            "velocity": float(plan.peak_velocity[j]), "velocity_bound": float(lim.velocity[j]),
+            "acceleration": float(plan.peak_acceleration[j]),
+            "acceleration_bound": float(lim.acceleration[j]),
+            "effort": float(plan.peak_effort[j]), "effort_bound": float(lim.effort[j])}
+    return {"condition": plan.condition, "evaluations": plan.evaluations,
+            "search_seconds": round(plan.seconds, 1), "joints": joints}
+
+
+def write_plan(path: Path, plan: ExcitationPlan, periods: int, lead_in: float,
+               urdf: str) -> None:
+    """``plan.json``: the trajectory's coefficients, lead-in, periods and the report."""
+    data = {"format": PLAN_FORMAT, "version": 1, "urdf": urdf, "lead_in": lead_in,
+            "periods": periods, "fourier": plan.trajectory.to_dict(),
+            "report": plan_report(plan)}
+    path.write_text(json.dumps(data, indent=1), encoding="utf-8")
+
+
+def read_plan(path: str | Path) -> tuple[FourierTrajectory, dict]:
+    """The trajectory of a ``plan.json`` and the whole file's content; ValueError naming the
+    file when it is not one."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("format") != PLAN_FORMAT:
+            raise ValueError(f"not an excitation plan (format {data.get('format')!r})")
+        return FourierTrajectory.from_dict(data["fourier"]), data
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path}: cannot read the excitation plan: {exc}") from None

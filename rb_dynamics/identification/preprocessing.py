@@ -1,0 +1,224 @@
+# SPDX-License-Identifier: Apache-2.0
+"""From a recording of a periodic excitation to the data a fit takes.
+
+1. ``align``: where the excitation starts in the recording (the plan's positions matched over
+   its first period), and how many whole periods follow;
+2. ``periodic_data``: each period resampled on one grid of phases; the periods split into
+   those fitted and those held out for validation; the fitted ones averaged phase by phase
+   after dropping outliers (further than ``OUTLIER_SIGMAS`` noise σ from the median of the
+   periods, σ robust and local in phase), the noise σ per joint estimated from their
+   spread; positions fitted by a Fourier series, whose derivatives give velocities and
+   accelerations;
+3. ``low_pass``: the ideal low-pass of periodic data (its Fourier series cut at a frequency:
+   zero phase, no edges), applied alike to efforts and regressor columns, so it removes noise
+   and biases nothing; the same cut moves the efforts by the delay (a phase shift).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.ndimage
+import scipy.signal
+
+from .fourier import FourierTrajectory, fit_fourier
+from .measurements import JointRecording, RecordingError
+
+__all__ = [
+    "LOCAL_WINDOW",
+    "OUTLIER_SIGMAS",
+    "LocalMotion",
+    "PeriodicData",
+    "align",
+    "low_pass",
+    "local_motion",
+    "periodic_data",
+]
+
+OUTLIER_SIGMAS = 5.0
+LOCAL_WINDOW = 0.05  # s: the Savitzky–Golay window of the held-out periods' derivatives
+SCALE_WINDOW = 0.2  # s of phases over which the noise scale of the outlier test is averaged
+MIN_FIT_PERIODS = 2  # the noise comes from their spread
+
+
+@dataclass(frozen=True, eq=False)
+class LocalMotion:
+    """Positions, velocities and accelerations on a uniform grid ``t`` (s), derived locally
+    (Savitzky–Golay: a cubic over ``LOCAL_WINDOW`` s) from the recorded positions; ``evaluate``
+    interpolates them, as ``FourierTrajectory.evaluate`` does for periodic motion."""
+
+    t: np.ndarray
+    q: np.ndarray
+    qd: np.ndarray
+    qdd: np.ndarray
+
+    def evaluate(self, t) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        t = np.asarray(t, dtype=float)
+        return tuple(np.column_stack([np.interp(t, self.t, x[:, j]) for j in range(x.shape[1])])
+                     for x in (self.q, self.qd, self.qdd))
+
+
+def local_motion(recording: JointRecording, t0: float, t1: float) -> LocalMotion:
+    """``LocalMotion`` from ``t0`` to ``t1`` (s after the first stamp), times from ``t0``."""
+    rate = recording.rate
+    window = 2 * int(LOCAL_WINDOW * rate / 2) + 1
+    margin = window / rate
+    t = np.arange(t0 - margin, t1 + margin, 1.0 / rate)
+    q = _resample(recording, t, recording.position)[0]
+    derive = [scipy.signal.savgol_filter(q, window, 3, deriv=d, delta=1.0 / rate, axis=0)
+              for d in (0, 1, 2)]
+    return LocalMotion(t - t0, *derive)
+
+
+@dataclass(frozen=True, eq=False)
+class PeriodicData:
+    """One period of the excitation, seen through the recording.
+
+    ``phase`` (M,) s from the period's start; ``q``, ``qd``, ``qdd`` (M, n) the averaged
+    motion (Fourier fit: analytic derivatives); ``effort`` (M, n) averaged; ``noise`` (n,)
+    σ of one recorded sample's effort; ``periods`` fitted; ``held_out``: per held-out period,
+    its recorded samples (phase (N_k,) s, efforts (N_k, n)) and its own motion
+    (``LocalMotion``: nothing assumed periodic there); ``outliers``: samples dropped from the
+    average.
+    """
+
+    phase: np.ndarray
+    q: np.ndarray
+    qd: np.ndarray
+    qdd: np.ndarray
+    effort: np.ndarray
+    noise: np.ndarray
+    periods: int
+    held_out: list[tuple[np.ndarray, np.ndarray, LocalMotion]]
+    outliers: int
+    start: float  # s after the recording's first stamp
+
+    @property
+    def period(self) -> float:
+        return float(self.phase[1] - self.phase[0]) * len(self.phase)
+
+    @property
+    def rate(self) -> float:
+        return len(self.phase) / self.period
+
+
+def align(recording: JointRecording, plan: FourierTrajectory) -> tuple[float, int]:
+    """(start, periods): the time (s after the first stamp) where the recording's positions
+    best match the plan's first period, and how many whole periods fit after it. A
+    ``RecordingError`` when the recording holds no whole period matching the plan."""
+    T = plan.period
+    if recording.duration < T:
+        raise RecordingError(f"{recording.source}: too short: {recording.duration:.2f} s "
+                             f"holds no whole period of the excitation ({T:g} s)")
+    probe = np.arange(0.0, T, 0.02)
+    q_plan = plan.evaluate(probe)[0]
+    spread = np.ptp(q_plan, axis=0)
+    scale = np.maximum(spread, max(1e-2 * spread.max(), 1e-3))
+
+    def mismatch(start: float) -> float:
+        q = _resample(recording, start + probe, recording.position)[0]
+        return float(np.mean(((q - q_plan) / scale) ** 2))
+
+    # every start on a 20 ms grid at once (sliding windows), then to the sample near the best
+    grid = _resample(recording, np.arange(0.0, recording.duration, 0.02), recording.position)[0]
+    windows = np.lib.stride_tricks.sliding_window_view(grid, len(probe), axis=0)
+    costs = np.mean(((np.swapaxes(windows, 1, 2) - q_plan) / scale) ** 2, axis=(1, 2))
+    # the excitation repeats: the first start that matches as well as the best one
+    first = int(np.argmax(costs <= max(2.0 * costs.min(), costs.min() + 1e-4)))
+    near = slice(max(first - 5, 0), first + 6)
+    best = 0.02 * (near.start + float(np.argmin(costs[near])))
+    fine = np.arange(max(best - 0.03, 0.0), min(best + 0.03, recording.duration - T) + 1e-12,
+                     1.0 / max(recording.rate, 1.0))
+    if len(fine):
+        best = float(fine[int(np.argmin([mismatch(s) for s in fine]))])
+    if mismatch(best) > 0.05:
+        raise RecordingError(
+            f"{recording.source}: the recorded motion does not follow the planned excitation "
+            f"(best match at {best:.2f} s leaves a relative RMS mismatch of "
+            f"{math.sqrt(mismatch(best)):.2f}); was the plan executed while recording?")
+    periods = int(np.floor((recording.duration - best) / T + 1e-9))
+    return best, periods
+
+
+def _resample(recording: JointRecording, times: np.ndarray, values: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """``values`` linearly interpolated at ``times`` (s after the first stamp), and the factor
+    w² + (1 − w)² by which each interpolation scales the variance of white noise."""
+    t = recording.stamps - recording.stamps[0]
+    k = np.clip(np.searchsorted(t, times) - 1, 0, len(t) - 2)
+    w = np.clip((times - t[k]) / (t[k + 1] - t[k]), 0.0, 1.0)[:, None]
+    return (1.0 - w) * values[k] + w * values[k + 1], (w ** 2 + (1.0 - w) ** 2)[:, 0]
+
+
+def periodic_data(recording: JointRecording, period: float, start: float, periods: int, *,
+                  held_out: int = 1, bandwidth: float = 10.0, settle: int = 1) -> PeriodicData:
+    """The averaged period of ``periods`` whole periods from ``start`` (s after the first
+    stamp), the last ``held_out`` kept apart for validation; positions fitted with the
+    harmonics up to ``bandwidth`` Hz (at least 20), the band the fit's efforts keep. The first
+    ``settle`` periods are skipped when there are enough (an arm under feedback enters the
+    periodic motion with a transient). A ``RecordingError`` with fewer than
+    ``MIN_FIT_PERIODS`` + ``held_out`` periods."""
+    if periods < MIN_FIT_PERIODS + held_out:
+        raise RecordingError(
+            f"{recording.source}: too short: {periods} whole period(s) of {period:g} s of the "
+            f"excitation; a fit needs at least {MIN_FIT_PERIODS + held_out} "
+            f"({MIN_FIT_PERIODS} to average and estimate the noise, {held_out} to validate)")
+    skip = settle if periods >= MIN_FIT_PERIODS + held_out + settle else 0
+    start, periods = start + skip * period, periods - skip
+    M = int(round(period * recording.rate))
+    harmonics = max(20, int(np.ceil(bandwidth * period)))
+    phase = np.arange(M) * (period / M)
+    segments_q = np.stack([_resample(recording, start + k * period + phase,
+                                     recording.position)[0] for k in range(periods)])
+    resampled = [_resample(recording, start + k * period + phase, recording.effort)
+                 for k in range(periods)]
+    segments_e = np.stack([r[0] for r in resampled])
+    variance_factor = float(np.mean([r[1] for r in resampled[:periods - held_out]]))
+    fit_q, fit_e = segments_q[:periods - held_out], segments_e[:periods - held_out]
+    median = np.median(fit_e, axis=0)
+    deviation = fit_e - median
+    keep = np.abs(deviation) <= OUTLIER_SIGMAS * _local_scale(deviation, recording.rate)
+    count = keep.sum(axis=0)
+    effort = np.where(count > 0, (fit_e * keep).sum(axis=0) / np.maximum(count, 1), median)
+    residual = np.where(keep, fit_e - effort, 0.0)
+    dof = np.maximum(count - 1, 0).sum(axis=0)
+    # σ of one recorded sample: the spread of the interpolated values, scaled back
+    noise = np.sqrt((residual ** 2).sum(axis=(0, 1)) / np.maximum(dof, 1) / variance_factor)
+    motion = fit_fourier(phase, fit_q.mean(axis=0), period, harmonics).evaluate(phase)
+    t = recording.stamps - recording.stamps[0]
+    held = []
+    for k in range(periods - held_out, periods):
+        inside = (t >= start + k * period) & (t < start + (k + 1) * period)
+        held.append((t[inside] - start - k * period, recording.effort[inside],
+                     local_motion(recording, start + k * period, start + (k + 1) * period)))
+    return PeriodicData(phase, *motion, effort, noise, periods - held_out, held,
+                        int((~keep).sum()), start)
+
+
+def _local_scale(deviation: np.ndarray, rate: float) -> np.ndarray:
+    """The noise σ of each phase (M, n), from the periods' deviations from their median
+    (P, M, n): a robust σ per joint caps each squared deviation at 3 of it (outliers weigh no
+    more than that), and the capped squares are averaged over the periods and ``SCALE_WINDOW``
+    s of phases (noise that grows with the effort: a scale of its own at each phase)."""
+    P = len(deviation)
+    robust = 1.4826 * np.median(np.abs(deviation), axis=(0, 1))
+    capped = np.minimum(deviation ** 2, (3.0 * robust) ** 2).mean(axis=0) * P / max(P - 1, 1)
+    size = min(2 * int(SCALE_WINDOW * rate / 2) + 1, len(capped))
+    local = scipy.ndimage.uniform_filter1d(capped, size, axis=0, mode="wrap")
+    return np.maximum(np.sqrt(local), 1e-12)
+
+
+def low_pass(x: np.ndarray, cutoff: float, rate: float, every: int = 1,
+             delay: float = 0.0) -> np.ndarray:
+    """``x`` (M, …), one period sampled at ``rate`` Hz, with every frequency above ``cutoff``
+    Hz removed (the periodic ideal low-pass: zero phase, no edges), moved ``delay`` s earlier
+    (x(t + delay)), and sampled every ``every``-th sample."""
+    M = x.shape[0]
+    f = np.fft.rfftfreq(M, 1.0 / rate)
+    gain = (f <= cutoff).astype(complex)
+    if delay:
+        gain = gain * np.exp(2j * np.pi * f * delay)
+    spectrum = np.fft.rfft(x, axis=0) * gain.reshape((-1,) + (1,) * (x.ndim - 1))
+    return np.fft.irfft(spectrum, n=M, axis=0)[::every]

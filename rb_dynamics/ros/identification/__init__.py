@@ -1,0 +1,8 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``rb_dynamics_identify``, the command line of the whole arm's identification: ``cli`` (the
+subcommands, the ROS-free ``plan`` and ``fit``) and ``ros_commands`` (``record`` and ``send``,
+with rclpy)."""
+
+from .cli import EXIT_INPUT, EXIT_MISSING, EXIT_OK, EXIT_ROS, EXIT_USAGE, main
+
+__all__ = ["EXIT_INPUT", "EXIT_MISSING", "EXIT_OK", "EXIT_ROS", "EXIT_USAGE", "main"]

@@ -1,0 +1,210 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``rb_dynamics_identify``: identify a whole arm from the command line.
+
+Subcommands (each has ``--help``):
+
+- ``plan``: URDF in → ``excitation.yaml`` (the FollowJointTrajectory goal) and ``plan.json``
+  (its coefficients and report) in ``--out``;
+- ``send``: ``excitation.yaml`` as a goal to a FollowJointTrajectory action server (the control
+  node's ``~/follow_joint_trajectory``), waiting for its result;
+- ``record``: ``sensor_msgs/JointState`` on a topic into a new rosbag2 (MCAP or SQLite3);
+- ``fit``: a bag (or a folder of bags), the URDF and ``plan.json`` → ``--out`` receives
+  ``identified.urdf``, ``overlay.yaml``, ``report.json``, ``validation.png``.
+
+``plan`` and ``fit`` need no ROS; ``send`` and ``record`` need rclpy. Progress goes to stderr,
+results to stdout. Exit codes: 0 success; 1 bad input (the message names it; nothing written);
+2 usage; 3 a package of the identification extra missing; 4 a ROS failure (no server, goal
+rejected or failed, nothing recorded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+EXIT_OK, EXIT_INPUT, EXIT_USAGE, EXIT_MISSING, EXIT_ROS = 0, 1, 2, 3, 4
+
+# BLAS threads fight over a shared 2-core machine and slow small factorisations 100-fold;
+# one thread per process is the fast choice for these sizes (set before numpy loads)
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
+class Progress:
+    """Lines on stderr, each with the seconds since the command started."""
+
+    def __init__(self, quiet: bool = False):
+        self.start, self.quiet = time.monotonic(), quiet
+
+    def __call__(self, line: str) -> None:
+        if not self.quiet:
+            print(f"[{time.monotonic() - self.start:6.1f} s] {line}", file=sys.stderr, flush=True)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rb_dynamics_identify",
+        description="Identify a robot arm's dynamics: plan an excitation, send it, record it, "
+                    "fit base parameters, friction and armature, write a corrected URDF and "
+                    "overlay. Exit codes: 0 ok, 1 bad input, 2 usage, 3 missing package, "
+                    "4 ROS failure.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    plan = sub.add_parser("plan", help="plan an excitation trajectory for a URDF")
+    plan.add_argument("--urdf", required=True, help="the robot's URDF file")
+    plan.add_argument("--out", required=True, type=Path, help="folder for excitation.yaml, "
+                      "plan.json")
+    plan.add_argument("--joints", nargs="+", help="joints to excite (default: every 1-DoF "
+                      "joint; name them on a robot with a gripper)")
+    plan.add_argument("--period", type=float, default=10.0, help="base period, s (10)")
+    plan.add_argument("--harmonics", type=int, default=5, help="harmonics per joint (5)")
+    plan.add_argument("--periods", type=int, default=5, help="periods in the goal (5: four "
+                      "to fit, one to validate)")
+    plan.add_argument("--lead-in", type=float, default=5.0, help="s to reach the start (5)")
+    plan.add_argument("--margin", type=float, default=0.1, help="fraction kept off every "
+                      "limit (0.1)")
+    plan.add_argument("--acceleration", type=float, help="acceleration bound, rad/s² "
+                      "(default: twice each joint's velocity limit per second)")
+    plan.add_argument("--time-budget", type=float, default=35.0, help="s of search (35)")
+    plan.add_argument("--seed", type=int, default=0)
+    _common(plan)
+
+    fit = sub.add_parser("fit", help="fit the dynamics to a recorded excitation")
+    fit.add_argument("bag", type=Path, help="a rosbag2 (folder or .mcap/.db3) or a folder of "
+                     "them")
+    fit.add_argument("--urdf", required=True, help="the URDF the plan was made from")
+    fit.add_argument("--plan", required=True, type=Path, help="plan.json from `plan`")
+    fit.add_argument("--out", required=True, type=Path, help="folder for the results")
+    fit.add_argument("--topic", default="/joint_states")
+    fit.add_argument("--stribeck", action="store_true", help="also fit Stribeck friction")
+    fit.add_argument("--no-consistent", action="store_true", help="skip the consistent "
+                     "(SDP) parameter set")
+    fit.add_argument("--delay", type=float, help="the effort delay, s (default: estimated)")
+    fit.add_argument("--cutoff", type=float, default=10.0, help="low-pass, Hz (10)")
+    _common(fit)
+
+    send = sub.add_parser("send", help="send excitation.yaml to a FollowJointTrajectory server")
+    send.add_argument("goal", type=Path, help="excitation.yaml from `plan`")
+    send.add_argument("--action", default="/rb_dynamics_node/follow_joint_trajectory")
+    send.add_argument("--timeout", type=float, default=10.0, help="s to wait for the server")
+    _common(send)
+
+    record = sub.add_parser("record", help="record joint states into a rosbag2")
+    record.add_argument("--out", required=True, type=Path, help="the new bag's folder")
+    record.add_argument("--topic", default="/joint_states")
+    record.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap")
+    record.add_argument("--duration", type=float, help="s to record after the first message "
+                        "(default: until Ctrl-C)")
+    record.add_argument("--wait", type=float, default=30.0, help="s to wait for a first "
+                        "message (30)")
+    _common(record)
+    return parser
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+
+
+def _plan(args, say: Progress) -> int:
+    from rb_dynamics.identification import (
+        ParameterLayout,
+        base_parameters,
+        excitation_goal,
+        plan_excitation,
+        write_plan,
+    )
+    from rb_dynamics.model import load_model
+
+    urdf_text = Path(args.urdf).read_text(encoding="utf-8")
+    model = load_model(urdf_text)
+    layout = ParameterLayout(model, tuple(args.joints or ()))
+    say(f"model: {layout.describe()}")
+    base = base_parameters(layout)
+    say(f"base parameters: {base.count}; searching ({args.time_budget:g} s budget)")
+    plan = plan_excitation(base, period=args.period, harmonics=args.harmonics,
+                           margin=args.margin, acceleration=args.acceleration, seed=args.seed,
+                           time_budget=args.time_budget, progress=say)
+    import yaml
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    goal = excitation_goal(plan.trajectory, args.periods, args.lead_in)
+    (args.out / "excitation.yaml").write_text(yaml.safe_dump(goal, sort_keys=False,
+                                                             default_flow_style=None))
+    write_plan(args.out / "plan.json", plan, args.periods, args.lead_in,
+               str(Path(args.urdf).resolve()))
+    print(f"condition number {plan.condition:.1f}; trajectory {args.lead_in:g} s lead-in + "
+          f"{args.periods} × {args.period:g} s")
+    print(f"{'joint':24s} {'|q̇| max/bound':>15s} {'|q̈| max/bound':>15s} "
+          f"{'|τ| max/limit (URDF)':>22s}")
+    lim = plan.limits
+    for j, name in enumerate(plan.trajectory.joints):
+        print(f"{name:24s} {plan.peak_velocity[j]:7.2f}/{lim.velocity[j]:<7.2f} "
+              f"{plan.peak_acceleration[j]:7.2f}/{lim.acceleration[j]:<7.2f} "
+              f"{plan.peak_effort[j]:10.2f}/{lim.effort[j]:<10.2f}")
+    print(f"wrote {args.out / 'excitation.yaml'} and {args.out / 'plan.json'}")
+    return EXIT_OK
+
+
+def _fit(args, say: Progress) -> int:
+    from rb_dynamics.identification import (
+        identify,
+        read_joint_states,
+        read_plan,
+        write_identification,
+    )
+
+    urdf_text = Path(args.urdf).read_text(encoding="utf-8")
+    trajectory, _ = read_plan(args.plan)
+    say(f"reading {args.bag}")
+    recording = read_joint_states(args.bag, trajectory.joints, args.topic)
+    say(f"{len(recording.stamps)} joint states over {recording.duration:.1f} s "
+        f"({recording.rate:.0f} Hz)")
+    terms = ("armature", "viscous", "coulomb", "stribeck", "offset") if args.stribeck else \
+        ("armature", "viscous", "coulomb", "offset")
+    ident = identify(urdf_text, recording, trajectory, terms=terms, cutoff=args.cutoff,
+                     delay=args.delay, consistent=not args.no_consistent, progress=say)
+    paths = write_identification(ident, args.out, {
+        "bag": str(args.bag.resolve()), "urdf": str(Path(args.urdf).resolve()),
+        "plan": str(args.plan.resolve())})
+    v = ident.validation
+    c = ident.consistent_validation
+    print(f"base parameters {ident.base.count}, condition {ident.fit.condition:.1f}, delay "
+          f"{ident.fit.delay * 1e3:.2f} ms, {ident.data.periods} periods fitted, "
+          f"{len(ident.data.held_out)} held out; fit {ident.seconds:.1f} s")
+    print(f"{'joint':24s} {'noise σ':>9s} {'val RMS':>9s} {'RMS/σ':>7s}"
+          + (f" {'consistent RMS/σ':>17s}" if c is not None else ""))
+    for j, name in enumerate(ident.layout.joints):
+        print(f"{name:24s} {ident.fit.noise[j]:9.4f} {v.rms[j]:9.4f} {v.ratio[j]:7.3f}"
+              + (f" {c.ratio[j]:17.3f}" if c is not None else ""))
+    for kind, path in paths.items():
+        print(f"{kind}: {path}")
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one subcommand; returns its exit code (argparse exits 2 on a usage error)."""
+    args = _parser().parse_args(argv)
+    say = Progress(args.quiet)
+    from rb_dynamics.identification import IdentificationError, MissingDependency
+    from rb_dynamics.model import URDFError
+
+    try:
+        if args.command == "plan":
+            return _plan(args, say)
+        if args.command == "fit":
+            return _fit(args, say)
+        from .ros_commands import record, send
+
+        return (send if args.command == "send" else record)(args, say)
+    except MissingDependency as exc:
+        print(f"rb_dynamics_identify {args.command}: {exc}", file=sys.stderr)
+        return EXIT_MISSING
+    except (IdentificationError, URDFError, ValueError, OSError) as exc:
+        print(f"rb_dynamics_identify {args.command}: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,223 @@
+# SPDX-License-Identifier: Apache-2.0
+"""``rb_dynamics_identify`` end to end across processes and real DDS: the simulator plays a real
+arm — inertias other than the URDF's, armature, viscous and Coulomb friction, effort offsets (its
+dynamics overlay), effort noise 0.05 N·m + 1 %, a 17-bit encoder, efforts 2 ms late, jitter —
+and the control node (computed torque, the URDF's model) executes the planned excitation sent by
+``send``; ``record`` writes
+the simulator's joint states into a rosbag2 with rosbags; ``fit`` identifies the arm from that
+bag. And the command's refusals of bad bags, each naming the cause and writing nothing."""
+
+from __future__ import annotations
+
+import json
+import math
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from ros_harness import Session, close_all
+from sensor_msgs.msg import JointState
+from std_srvs.srv import SetBool
+
+from rb_dynamics import DEFAULT_URDF
+from rb_dynamics.dynamics import gravity
+from rb_dynamics.identification import (
+    JointStateBagWriter,
+    ParameterLayout,
+    corrected_urdf,
+    own_link_inertias,
+    perturbed_model,
+    read_plan,
+)
+from rb_dynamics.model import (
+    DynamicsOverlay,
+    apply_overlay,
+    load_model,
+    read_overlay,
+    write_overlay,
+)
+from rb_dynamics.ros.identification import main
+
+CLI = [sys.executable, "-m", "rb_dynamics.ros.identification"]
+KP = [400.0, 400.0, 400.0, 2500.0, 1e4, 4e4]  # per joint, 1/s² (as the payload tests)
+EFFORT_NOISE = 0.05  # N·m, + 1 % of the effort
+EFFORT_DELAY = 0.002  # s: the efforts lag the positions
+
+
+def _run(*args: str, timeout: float = 300.0) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def _true_arm(tmp_path: Path) -> tuple[Path, Path, object]:
+    """The simulator's arm: the bundled arm's URDF with perturbed inertias, and an overlay of
+    armature, viscous and Coulomb friction and effort offsets; and its model."""
+    text = Path(DEFAULT_URDF).read_text()
+    model = load_model(text)
+    true = perturbed_model(model, np.random.default_rng(28))
+    layout = ParameterLayout(model, (), ())
+    welded = [I - own for I, own in zip(model.inertia, own_link_inertias(model, text))]
+    urdf, overlay = tmp_path / "true_arm.urdf", tmp_path / "true_arm_overlay.yaml"
+    urdf.write_text(corrected_urdf(text, layout, layout.parameters(true), welded))
+    write_overlay(DynamicsOverlay.from_model(true), overlay)
+    return urdf, overlay, apply_overlay(load_model(urdf.read_text()), read_overlay(overlay))
+
+
+def test_plan_send_record_fit_on_the_simulated_arm(tmp_path):
+    pytest.importorskip("control_msgs.action", reason="control_msgs (../shared/vendor) is not "
+                        "installed: no FollowJointTrajectory action to send the plan to")
+    plan_dir, bag, out = tmp_path / "plan", tmp_path / "bag", tmp_path / "out"
+    planned = _run("plan", "--urdf", str(DEFAULT_URDF), "--out", str(plan_dir), "--period",
+                   "3", "--harmonics", "4", "--periods", "5", "--lead-in", "3",
+                   "--time-budget", "8")
+    assert planned.returncode == 0, planned.stderr
+    assert "condition number" in planned.stdout and "plan: condition" in planned.stderr
+    true_urdf, true_overlay, true = _true_arm(tmp_path)
+    start = read_plan(plan_dir / "plan.json")[0].evaluate(np.zeros(1))[0][0]
+    sim = Session("rb_dynamics.ros.simulator_node", tmp_path, {
+        "urdf_path": str(true_urdf), "dynamics_overlay": str(true_overlay),
+        "initial_positions": start.tolist(), "publish_rate": 1000.0, "time_step": 0.001,
+        "publish_clock": True, "command_timeout": 0.2, "start_paused": True, "lockstep": True,
+        "lockstep_timeout": 5.0, "effort_noise": EFFORT_NOISE, "effort_noise_relative": 0.01,
+        "encoder_resolution": 2 * math.pi / 2 ** 17, "effort_delay": EFFORT_DELAY,
+        "publish_jitter": 2e-4})
+    control = Session("rb_dynamics.ros.control_node", tmp_path, {
+        "urdf_path": str(DEFAULT_URDF), "mode": "computed_torque", "kp": KP,
+        "kd": [2.0 * math.sqrt(k) for k in KP], "state_timeout": 0.1, "use_sim_time": True},
+        "-r", "~/effort_commands:=/rb_simulator/commands", peer=sim.peer)
+    recorder = None
+    try:
+        pause = sim.peer.node.create_client(SetBool, "/rb_simulator/pause")
+        assert sim.peer.wait_for(pause.service_is_ready, 60.0), sim.output()
+        recorder = subprocess.Popen([*CLI, "record", "--out", str(bag), "--storage", "sqlite3"],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        states = sim.received(JointState, "/joint_states")
+        assert sim.peer.call(pause, SetBool.Request(data=False)).success
+        # the loop is closed (the control node answers states) before the goal goes out
+        assert sim.peer.wait_for(lambda: len(states) > 200, 60.0), control.output()[-3000:]
+        sent = _run("send", str(plan_dir / "excitation.yaml"), "--action",
+                    "/rb_dynamics/follow_joint_trajectory", "--timeout", "60")
+        assert sent.returncode == 0 and "error_code 0" in sent.stdout, (
+            sent.stdout + sent.stderr + control.output()[-3000:])
+        recorder.send_signal(signal.SIGINT)
+        stdout, stderr = recorder.communicate(timeout=60)
+        assert recorder.returncode == 0, stdout + stderr
+        assert "recorded" in stdout and (bag / "metadata.yaml").exists()
+    finally:
+        if recorder is not None and recorder.poll() is None:
+            recorder.kill()
+        close_all(control, sim)
+
+    fitted = _run("fit", str(bag), "--urdf", str(DEFAULT_URDF), "--plan",
+                  str(plan_dir / "plan.json"), "--out", str(out))
+    assert fitted.returncode == 0, fitted.stdout + fitted.stderr
+    report = json.loads((out / "report.json").read_text())
+    print("\n" + fitted.stdout)
+    identified = load_model((out / "identified.urdf").read_text())
+    q = np.random.default_rng(3).uniform(-2.0, 2.0, (2000, true.nq))
+    g_true = gravity(true, q)
+    error = np.abs(gravity(identified, q) - g_true).max() / np.abs(g_true).max()
+    urdf_error = np.abs(gravity(load_model(DEFAULT_URDF), q) - g_true).max() / np.abs(
+        g_true).max()
+    print(f"gravity error: identified {100 * error:.3f} %, URDF {100 * urdf_error:.2f} % of "
+          "max |g|")
+    fitted_model = apply_overlay(identified, read_overlay(out / "overlay.yaml"))
+    for field in ("armature", "damping", "friction", "effort_offset"):
+        print(f"{field}: true {np.round(getattr(true, field), 4).tolist()}, identified "
+              f"{np.round(getattr(fitted_model, field), 4).tolist()}")
+    assert report["base_parameters"] == 58 and report["periods_fitted"] >= 3
+    # the effort a state reports was applied over the step before it: half a step later still
+    assert abs(report["delay_s"] - (EFFORT_DELAY + 0.0005)) < 5e-4
+    # closed loop on a short plan (3 s period): the tracking loop's own effort content and a
+    # weaker excitation than the 10 s plans of the benchmark (which reach ≤ 1.25 σ)
+    assert max(report["consistent"]["validation"]["rms_over_sigma"]) <= 1.5
+    assert error <= 0.01 and urdf_error >= 10 * error
+    assert (out / "overlay.yaml").exists() and (out / "validation.png").exists()
+
+
+def _bag(path: Path, names, effort=True, n=400) -> Path:
+    with JointStateBagWriter(path, storage="mcap") as writer:
+        for k in range(n):
+            writer.write(1.0 + 1e-3 * k, names, np.zeros(len(names)), np.zeros(len(names)),
+                         np.zeros(len(names)) if effort else None)
+    return path
+
+
+@pytest.fixture(scope="module")
+def plan_json(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("plan")
+    assert main(["plan", "--urdf", str(DEFAULT_URDF), "--out", str(out), "--period", "2",
+                 "--harmonics", "3", "--time-budget", "1", "--quiet"]) == 0
+    return out / "plan.json"
+
+
+@pytest.mark.parametrize("case, expected", [
+    ("other_joints", "never published: ['shoulder_pan_joint'"),
+    ("no_effort", "carry no efforts"),
+    ("too_short", "too short"),
+    ("no_bag", "no such bag or folder"),
+])
+def test_fit_refuses_bad_bags_naming_the_cause_and_writes_nothing(tmp_path, plan_json, case,
+                                                                  expected, capsys):
+    """The command itself (its main, in this process): exit code 1, the cause on stderr."""
+    joints = load_model(DEFAULT_URDF).actuated_joint_names
+    bag = tmp_path / "bag"
+    if case == "other_joints":
+        _bag(bag, ["gripper_joint"])
+    elif case == "no_effort":
+        _bag(bag, joints, effort=False)
+    elif case == "too_short":
+        _bag(bag, joints)
+    out = tmp_path / "out"
+    code = main(["fit", str(bag), "--urdf", str(DEFAULT_URDF), "--plan", str(plan_json),
+                 "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 1 and expected in err and not out.exists(), err
+
+
+def test_every_subcommand_has_help_and_usage_errors_exit_2(capsys):
+    for command in ("plan", "fit", "send", "record"):
+        with pytest.raises(SystemExit) as done:
+            main([command, "--help"])
+        assert done.value.code == 0
+        assert "usage: rb_dynamics_identify " + command in capsys.readouterr().out
+    with pytest.raises(SystemExit) as done:
+        main(["fit"])
+    assert done.value.code == 2
+    # the console script's module runs as a program too
+    ran = _run("--help", timeout=120)
+    assert ran.returncode == 0 and "Exit codes: 0 ok, 1 bad input" in ran.stdout
+
+
+def test_ros2_run_finds_the_command():
+    """``ros2 run rb_dynamics rb_dynamics_identify`` in a colcon install of the package."""
+    import ros_tools
+
+    if ros_tools.MISSING is not None:
+        pytest.skip(str(ros_tools.MISSING))
+    prefix = ros_tools.colcon_install()
+    done = ros_tools.ros2("run", "rb_dynamics", "rb_dynamics_identify", "plan", "--help",
+                          prefix=prefix)
+    assert done.returncode == 0 and "usage: rb_dynamics_identify plan" in done.stdout, done
+
+
+def test_a_folder_of_bags_reads_as_one_recording_by_joint_name(tmp_path):
+    """Two bags (MCAP, SQLite3) in a folder, the joints listed in different orders and with a
+    gripper joint between them: one recording, by name, at the header stamps."""
+    from rb_dynamics.identification import read_joint_states
+
+    joints = ["a", "b"]
+    stamps = 5.0 + 1e-3 * np.arange(300)
+    q = np.column_stack([np.sin(stamps), np.cos(stamps)])
+    with JointStateBagWriter(tmp_path / "run" / "part1", storage="mcap") as writer:
+        for k in range(150):
+            writer.write(stamps[k], ["a", "gripper", "b"], [q[k, 0], 0.0, q[k, 1]],
+                         [0.0] * 3, [q[k, 1], 9.0, q[k, 0]])
+    with JointStateBagWriter(tmp_path / "run" / "part2", storage="sqlite3") as writer:
+        for k in range(150, 300):
+            writer.write(stamps[k], ["b", "a"], q[k, ::-1], [0.0] * 2, q[k])
+    rec = read_joint_states(tmp_path / "run", joints)
+    assert np.allclose(rec.stamps, stamps, atol=1e-9) and np.array_equal(rec.position, q)
+    assert np.array_equal(rec.effort, q[:, ::-1])  # effort of a = cos, of b = sin, in both
