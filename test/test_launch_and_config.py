@@ -73,6 +73,8 @@ SPECIAL: dict[str, Any] = {
     "payload.link": "tool0",
     "payload.com": [0.0, 0.0, 0.05],
     "payload.inertia": [0.01, 0.0, 0.0, 0.02, 0.0, 0.03],
+    "contact.effort_uncertainty": [0.2],
+    "contact.wrench_link": "wrist_3_link",
     f"{PREFIX}.names": ["grip"],
     f"{PREFIX}.solver": "rosenberg",
     f"{PREFIX}.grip.type": "joint_coupling",

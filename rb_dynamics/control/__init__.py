@@ -3,12 +3,14 @@
 impedance (``law``); joint trajectories, their spline and sampler (``trajectory``);
 ``JointController``, both mapped by joint name (``joint_controller``); the effort bounds of
 ros2_control's soft joint limits (``limits``); joint velocities from positions
-(``velocity``); and the feasibility of a trajectory against
-the URDF's limits (``feasibility``).
+(``velocity``); the feasibility of a trajectory against the URDF's limits (``feasibility``);
+the external efforts a robot feels, from the generalised momentum (``momentum_observer``), and
+collisions detected on them (``collision``).
 
 Imports ``rb_dynamics.dynamics`` and ``rb_dynamics.model``.
 """
 
+from .collision import REACTIONS, Collision, CollisionDetector
 from .feasibility import (
     DEFAULT_SAMPLES_PER_SEGMENT,
     MAX_CHECKED_STATES,
@@ -43,6 +45,7 @@ from .limits import (
     bound_effort,
     soft_limit_effort_bounds,
 )
+from .momentum_observer import EFFORT_TIMINGS, MomentumObserver
 from .trajectory import (
     MAX_TRAJECTORY_POINTS,
     TrajectoryError,
@@ -57,6 +60,9 @@ from .velocity import MISSING_VELOCITY, MissingVelocity, VelocityFromPositions
 
 __all__ = [
     "CONTROL_MODES",
+    "Collision",
+    "CollisionDetector",
+    "EFFORT_TIMINGS",
     "ControlLaw",
     "ControlOutput",
     "ControllerError",
@@ -70,7 +76,9 @@ __all__ = [
     "MISSING_VELOCITY",
     "MissingVelocity",
     "MAX_TRAJECTORY_POINTS",
+    "MomentumObserver",
     "POSITION_BOUNDS_TOLERANCE",
+    "REACTIONS",
     "REFERENCE_MODES",
     "SOFT_LIMIT_REACH_VELOCITY",
     "TrajectoryError",

@@ -90,6 +90,17 @@ class JointStateReader:
             return q, self.missing_velocity.velocity(q, t, max_gap)
         return q, v
 
+    def model_order(self, names: Sequence[str], values: Sequence[float]) -> np.ndarray:
+        """Per-joint ``values`` of a joint state with these ``names`` (its efforts, say) over
+        the model's coordinates, through the columns ``read`` found (call it first): the same
+        ControllerError for names that do not fit. A new array."""
+        columns = self._state_columns(names)
+        if columns is None:
+            return np.array(values, dtype=float)
+        out = np.zeros(self.model.nv)
+        out[columns[1]] = np.asarray(values, dtype=float)[columns[0]]
+        return out
+
     def _state_columns(self, names: Sequence[str]) -> tuple[np.ndarray, np.ndarray] | None:
         """(entries of a joint state, the model coordinates they fill) for a list of names,
         None when they are the model's joints in its order."""
@@ -287,6 +298,7 @@ class JointController:
         # what a monitor of the loop (the trajectory action) compares the state with
         self.last_reference: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self.healthy = True  # the last effort was finite (else the reference is not trusted)
+        self.refusing = ""  # why new references are refused (a latched collision); "": taken
         # the integral term belongs to one reference: the trajectory it was integrated
         # along (None: holding) and the time of the last state it integrated
         self._integral_reference: TrajectorySampler | None = None
@@ -367,8 +379,8 @@ class JointController:
         changing the controller (so that a node can build it outside its control lock);
         joints the reference leaves out hold their current reference. It starts from the
         measured state or the current reference (``interpolate_from_desired_state``)."""
-        if self.q is None:
-            raise ControllerError("trajectory: no joint state received yet")
+        if self.q is None or self.refusing:
+            raise ControllerError(f"trajectory: {self.refusing or 'no joint state received yet'}")
         if self.law.mode not in REFERENCE_MODES:
             raise ControllerError(f"trajectory: the controller is in {self.law.mode!r} mode; "
                                   f"set mode to one of {REFERENCE_MODES} to follow "

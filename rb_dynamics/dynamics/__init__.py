@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """Rigid-body dynamics of a ``Model``: the reference algorithms (Featherstone's RNEA, CRBA,
-ABA and friends), the one ``Dynamics`` interface and its implementations (reference,
-generated Python and C kernels), joint friction, payload terms and constraints.
+ABA and friends, the momentum terms M q̇, Cᵀ q̇, g), a link's wrench ↔ joint efforts, the one
+``Dynamics`` interface and its implementations (reference, generated Python and C kernels),
+joint friction, payload terms and constraints.
 
 Imports only ``rb_dynamics.model``.
 """
@@ -44,6 +45,8 @@ from .kernel_cache import (
     KernelBuildError,
     cache_dir,
 )
+from .link_wrench import LinkWrench
+from .momentum import coriolis_transpose, generalized_momentum, momentum_terms
 from .payload import (
     INERTIAL_PARAMETER_NAMES,
     Payload,
@@ -99,6 +102,7 @@ __all__ = [
     "KernelBuildError",
     "KernelIR",
     "Kinematics",
+    "LinkWrench",
     "LiveDynamics",
     "LoopClosurePoint",
     "MAX_GENERATED_BODIES",
@@ -114,12 +118,14 @@ __all__ = [
     "centroidal_momentum",
     "check_vector",
     "constrained_forward_dynamics",
+    "coriolis_transpose",
     "constraint_from_spec",
     "crba",
     "default_payload_link",
     "forward_dynamics_crba",
     "friction_effort",
     "friction_slope",
+    "generalized_momentum",
     "generate_kernels",
     "gravity",
     "has_friction",
@@ -129,6 +135,7 @@ __all__ = [
     "link_jacobian",
     "link_pose",
     "make_dynamics",
+    "momentum_terms",
     "nonlinear_effects",
     "payload_body",
     "payload_effort_reference",

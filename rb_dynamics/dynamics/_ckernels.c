@@ -24,8 +24,8 @@
 
 #include <math.h>
 
-#define RB_KERNEL_ABI 2
-#define N_KERNELS 5 /* rnea, gravity, nle, crba, aba: the order of the methods below */
+#define RB_KERNEL_ABI 3
+#define N_KERNELS 6 /* rnea, gravity, nle, crba, aba, momentum: the order of the methods */
 #define MAX_IN 3
 
 typedef void (*one_fn)(const double *const *in, double *out);
@@ -37,8 +37,9 @@ typedef struct {
     int n_in;
     Py_ssize_t size[MAX_IN];
     PyObject *names[MAX_IN + 1]; /* argument names; names[n_in] = "f_ext" when accepted */
-    int out_ndim;                /* 1: (nv,)   2: (nv, nv) */
+    int out_ndim;                /* 1: (nv,)   2: (out_rows, nv) */
     Py_ssize_t out_n;            /* nv */
+    Py_ssize_t out_rows;         /* rows of a matrix result: nv for crba, 3 for momentum */
     PyObject *undefined;         /* ValueError message when there is no kernel, or NULL */
     PyObject *nonfinite;         /* ValueError message for a non-finite result */
     PyObject *fallback;          /* method called with f_ext (reference dynamics), or NULL */
@@ -70,17 +71,19 @@ static void kernels_dealloc(KernelsObject *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* One spec: (one, batch, names, sizes, out_ndim, out_n, undefined, nonfinite, fallback). */
+/* One spec: (one, batch, names, sizes, out_ndim, out_n, out_rows, undefined, nonfinite,
+ * fallback). */
 static int bind_kernel(Kernel *k, PyObject *spec)
 {
     PyObject *one, *batch, *names, *sizes, *undefined, *nonfinite, *fallback;
-    if (!PyArg_ParseTuple(spec, "OOO!O!inOUO", &one, &batch, &PyTuple_Type, &names,
-                          &PyTuple_Type, &sizes, &k->out_ndim, &k->out_n, &undefined,
-                          &nonfinite, &fallback))
+    if (!PyArg_ParseTuple(spec, "OOO!O!innOUO", &one, &batch, &PyTuple_Type, &names,
+                          &PyTuple_Type, &sizes, &k->out_ndim, &k->out_n, &k->out_rows,
+                          &undefined, &nonfinite, &fallback))
         return -1;
     Py_ssize_t n_in = PyTuple_GET_SIZE(sizes);
     if (n_in < 1 || n_in > MAX_IN || PyTuple_GET_SIZE(names) != n_in + (fallback != Py_None) ||
-        k->out_ndim < 1 || k->out_ndim > 2 || k->out_n < 0) {
+        k->out_ndim < 1 || k->out_ndim > 2 || k->out_n < 0 ||
+        (k->out_ndim == 2 && k->out_rows < 1)) {
         PyErr_SetString(PyExc_ValueError, "malformed kernel spec");
         return -1;
     }
@@ -256,7 +259,7 @@ static PyObject *run_batch(Kernel *k, PyArrayObject **in)
         ptr[j] = (const double *)PyArray_DATA(in[j]);
         stride[j] = PyArray_NDIM(in[j]) == 2 ? (long)k->size[j] : 0;
     }
-    npy_intp dims[3] = {N, k->out_n, k->out_n};
+    npy_intp dims[3] = {N, k->out_ndim == 2 ? k->out_rows : k->out_n, k->out_n};
     PyArrayObject *out = (PyArrayObject *)PyArray_SimpleNew(k->out_ndim + 1, dims, NPY_DOUBLE);
     if (out == NULL)
         return NULL;
@@ -285,7 +288,7 @@ static PyObject *run(Kernel *k, PyArrayObject **in)
     const double *ptr[MAX_IN];
     for (int j = 0; j < k->n_in; j++)
         ptr[j] = (const double *)PyArray_DATA(in[j]);
-    npy_intp dims[2] = {k->out_n, k->out_n};
+    npy_intp dims[2] = {k->out_ndim == 2 ? k->out_rows : k->out_n, k->out_n};
     PyArrayObject *out = (PyArrayObject *)PyArray_SimpleNew(k->out_ndim, dims, NPY_DOUBLE);
     if (out == NULL)
         return NULL;
@@ -351,6 +354,7 @@ KERNEL_METHOD(gravity, 1)
 KERNEL_METHOD(nonlinear_effects, 2)
 KERNEL_METHOD(crba, 3)
 KERNEL_METHOD(aba, 4)
+KERNEL_METHOD(momentum_terms, 5)
 
 /* ---------------------------------------------------------------- roll-outs
  *
@@ -698,6 +702,88 @@ static PyObject *m_rollout(PyObject *op, PyObject *const *args, Py_ssize_t nargs
     return done < 0 ? NULL : PyLong_FromSsize_t(done);
 }
 
+/* ---------------------------------------------------------------- the momentum observer
+ *
+ * observe() is one step of rb_dynamics.control.MomentumObserver (see its docstring), its
+ * arithmetic in C: the numpy form costs a dozen array operations per joint state, this one
+ * call. rows (10, nv) holds [p, C^T v, g, tau_f, tau_m] of this state (rows 0-4) and of the
+ * previous one (5-9). It fills rows 0-2 from the momentum kernel at (q, v), row 3 with the
+ * joint friction f(v) (friction_of: rb_dynamics.dynamics.friction's law) when losses, a
+ * (4, nv) array [damping; friction; stribeck; stribeck_velocity], is not None, and row 4 =
+ * effort - offset; then, unless
+ * coefficients is None (a first state), e dt = coefficients . rows and
+ * r = a * r + b * (e dt), in place. Returns -1 when r is not finite (rows not rolled: the
+ * caller restarts), else rolls rows 0-4 into 5-9 and returns 0 (first state), 1, or 2 when some
+ * |r_j| > thresholds_j. Each array must be float64, C-contiguous, of its size.
+ */
+
+enum { MOMENTUM = 5 }; /* index into KernelsObject.k */
+
+static double *observe_vector(PyObject *obj, const char *name, Py_ssize_t n, int writable)
+{
+    PyArrayObject *arr = (PyArrayObject *)obj;
+    if (!PyArray_Check(obj) || PyArray_TYPE(arr) != NPY_DOUBLE ||
+        !PyArray_IS_C_CONTIGUOUS(arr) || PyArray_SIZE(arr) != n ||
+        (writable && !PyArray_ISWRITEABLE(arr))) {
+        PyErr_Format(PyExc_ValueError, "observe: %s must be a C-contiguous%s float64 array of "
+                     "%zd values", name, writable ? " writable" : "", n);
+        return NULL;
+    }
+    return (double *)PyArray_DATA(arr);
+}
+
+static PyObject *m_observe(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+{
+    KernelsObject *self = (KernelsObject *)op;
+    if (nargs != 11) {
+        PyErr_Format(PyExc_TypeError, "observe() takes 11 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    if (!self->ready || !self->k[MOMENTUM].one) {
+        PyErr_SetString(PyExc_ValueError, "observe: no momentum kernel");
+        return NULL;
+    }
+    Kernel *k = &self->k[MOMENTUM];
+    Py_ssize_t n = k->out_n;
+    double *q, *v, *effort, *offset, *losses = NULL, *rows, *c = NULL, *a, *b, *r, *thresholds;
+    if (!(q = observe_vector(args[0], "q", k->size[0], 0)) ||
+        !(v = observe_vector(args[1], "v", n, 0)) ||
+        !(effort = observe_vector(args[2], "effort", n, 0)) ||
+        !(offset = observe_vector(args[3], "offset", n, 0)) ||
+        (args[4] != Py_None && !(losses = observe_vector(args[4], "losses", 4 * n, 0))) ||
+        !(rows = observe_vector(args[5], "rows", 10 * n, 1)) ||
+        (args[6] != Py_None && !(c = observe_vector(args[6], "coefficients", 10, 0))) ||
+        !(a = observe_vector(args[7], "a", n, 0)) || !(b = observe_vector(args[8], "b", n, 0)) ||
+        !(r = observe_vector(args[9], "r", n, 1)) ||
+        !(thresholds = observe_vector(args[10], "thresholds", n, 0)))
+        return NULL;
+    const double *in[2] = {q, v};
+    k->one(in, rows);
+    if (losses != NULL) {
+        Stepper f = {.n = n, .damping = losses, .friction = losses + n,
+                     .stribeck = losses + 2 * n, .stribeck_velocity = losses + 3 * n};
+        for (Py_ssize_t j = 0; j < n; j++)
+            rows[3 * n + j] = friction_of(&f, j, v[j], NULL);
+    }
+    for (Py_ssize_t j = 0; j < n; j++)
+        rows[4 * n + j] = effort[j] - offset[j];
+    int over = 0;
+    if (c != NULL) {
+        for (Py_ssize_t j = 0; j < n; j++) {
+            double w = 0.0;
+            for (int i = 0; i < 10; i++)
+                w += c[i] * rows[i * n + j];
+            r[j] = a[j] * r[j] + b[j] * w;
+        }
+        if (!all_finite(r, n))
+            return PyLong_FromLong(-1);
+        for (Py_ssize_t j = 0; j < n; j++)
+            over |= fabs(r[j]) > thresholds[j];
+    }
+    memcpy(rows + 5 * n, rows, sizeof(double) * (size_t)(5 * n));
+    return PyLong_FromLong(c == NULL ? 0 : 1 + over);
+}
+
 static PyMethodDef kernels_methods[] = {
     {"rnea", (PyCFunction)(void (*)(void))m_rnea, METH_FASTCALL | METH_KEYWORDS,
      "rnea(q, v, a, f_ext=None): inverse dynamics tau = M a + C v + g."},
@@ -709,6 +795,12 @@ static PyMethodDef kernels_methods[] = {
      "crba(q): joint-space inertia matrix M(q)."},
     {"aba", (PyCFunction)(void (*)(void))m_aba, METH_FASTCALL | METH_KEYWORDS,
      "aba(q, v, tau, f_ext=None): forward dynamics."},
+    {"momentum_terms", (PyCFunction)(void (*)(void))m_momentum_terms,
+     METH_FASTCALL | METH_KEYWORDS, "momentum_terms(q, v): rows M v, C^T v, g (3, nv)."},
+    {"observe", (PyCFunction)(void (*)(void))m_observe, METH_FASTCALL,
+     "observe(q, v, effort, offset, losses, rows, coefficients, a, b, r, thresholds)\n"
+     "One momentum observer step in place (rb_dynamics.control.MomentumObserver): -1 when r\n"
+     "is not finite, else 0 (a first state: coefficients None), 1, or 2 (a threshold passed)."},
     {"rollout", (PyCFunction)(void (*)(void))m_rollout, METH_FASTCALL,
      "rollout(Q, V, A, hit, tau, dt, integrator, damping, friction, stribeck,\n"
      "        stribeck_velocity, lower, upper, law)\n"

@@ -52,6 +52,7 @@ from .codegen_ir import (
     snap,
     symbols,
 )
+from .codegen_momentum import momentum_kernel
 
 __all__ = ["generate_kernels"]
 
@@ -556,7 +557,7 @@ def _kernel_ir(model: Model, name: str, args: list[tuple[str, int]], build) -> K
 
 
 def generate_kernels(model: Model) -> dict[str, KernelIR]:
-    """The five kernels of ``model``: τ, g, C v + g, M (row-major) and q̈.
+    """The kernels of ``model``: τ, g, C v + g, M (row-major), q̈ and [M v, Cᵀ v, g].
 
     Raises ValueError when the model's constants overflow; a kernel without a value for any
     state (forward dynamics of a model with ``forward_dynamics_problem``, or a joint moving
@@ -576,4 +577,7 @@ def generate_kernels(model: Model) -> dict[str, KernelIR]:
         "crba": _kernel_ir(model, "crba", [q],
                            lambda tree, q: [x for row in crba(tree, q) for x in row]),
         "aba": _kernel_ir(model, "aba", [q, v, ("u", model.nv)], fd),
+        # [M q̇, Cᵀ q̇, g] (codegen_momentum): what a momentum observer needs, row-major (3, nv)
+        "momentum": _kernel_ir(model, "momentum", [q, v], lambda tree, q, v: momentum_kernel(
+            tree, q, v, joint_transforms(tree, q))),
     }

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from .codegen_ir import KernelIR
 
-# the per-model library ABI and the trampoline's (its rollout arguments); equals RB_KERNEL_ABI in
-# _ckernels.c, so that an extension built from an older _ckernels.c is not used
-ABI = 2
+# the per-model library ABI and the trampoline's (its rollout arguments, its kernels: momentum);
+# equals RB_KERNEL_ABI in _ckernels.c, so that an extension built from an older _ckernels.c is
+# not used
+ABI = 3
 
 
 def emit_c(ir: KernelIR) -> str:

@@ -443,6 +443,7 @@ def emit_python(ir: KernelIR) -> str:
 QUANTITIES = {
     "rnea": "inverse dynamics", "gravity": "gravity", "nle": "nonlinear effects",
     "crba": "the mass matrix", "aba": "forward dynamics",
+    "momentum": "the momentum terms",
 }
 
 

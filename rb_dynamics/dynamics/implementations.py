@@ -2,7 +2,8 @@
 """One dynamics interface for everything that evaluates a model: control law, services, simulator.
 
 A ``Dynamics`` object is bound to one model and answers ``rnea``, ``gravity``,
-``nonlinear_effects``, ``crba`` and ``aba`` for one state ((n,) arrays) or a batch ((N, n)).
+``nonlinear_effects``, ``crba``, ``aba`` and ``momentum_terms`` (with ``coriolis_transpose``) for
+one state ((n,) arrays) or a batch ((N, n)).
 Its implementations give the same results (≤ 1e-12 relative), shapes and errors:
 
 - ``ReferenceDynamics``: the readable algorithms of ``reference``;
@@ -37,6 +38,7 @@ from numpy.typing import ArrayLike
 from rb_dynamics.model import Model
 
 from . import kernel_cache
+from . import momentum as _momentum
 from . import reference as _ref
 from .codegen import generate_kernels
 from .codegen_ir import KernelIR, emit_python, nonfinite_message
@@ -54,7 +56,8 @@ __all__ = [
     "make_dynamics",
 ]
 
-KERNEL_METHODS = ("rnea", "gravity", "nonlinear_effects", "crba", "aba")
+KERNEL_METHODS = ("rnea", "gravity", "nonlinear_effects", "crba", "aba", "momentum_terms",
+                  "coriolis_transpose")
 KERNEL_CHOICES = ("auto", "c", "python")
 # Generated code grows ~n² with the bodies: beyond this a model stays on the reference, O(n)
 MAX_GENERATED_BODIES = 100
@@ -82,6 +85,10 @@ class Dynamics(Protocol):
 
     def aba(self, q: ArrayLike, v: ArrayLike, tau: ArrayLike,
             f_ext: Mapping[str, np.ndarray] | None = None) -> np.ndarray: ...
+
+    def momentum_terms(self, q: ArrayLike, v: ArrayLike) -> np.ndarray: ...
+
+    def coriolis_transpose(self, q: ArrayLike, v: ArrayLike) -> np.ndarray: ...
 
 
 # ----------------------------------------------------------------------------- reference
@@ -114,6 +121,14 @@ class ReferenceDynamics:
     def aba(self, q, v, tau, f_ext=None) -> np.ndarray:
         """q̈ = M⁻¹ (τ − C v − g + Σ Jᵀ f_ext); a ValueError when it is undefined."""
         return _ref.aba(self.model, q, v, tau, f_ext)
+
+    def momentum_terms(self, q, v) -> np.ndarray:
+        """[M(q) v, Cᵀ(q, v) v, g(q)] as the rows of a (3, nv) array (``momentum``)."""
+        return _momentum.momentum_terms(self.model, q, v)
+
+    def coriolis_transpose(self, q, v) -> np.ndarray:
+        """Cᵀ(q, v) v, for any C with Ṁ = C + Cᵀ (``momentum``)."""
+        return _momentum.coriolis_transpose(self.model, q, v)
 
 
 # ----------------------------------------------------------------------------- generated Python
@@ -242,6 +257,15 @@ class FastDynamics:
             return _ref.aba(m, q, v, tau, f_ext)
         return self._run("aba", [(q, m.nq, "q"), (v, m.nv, "v"), (tau, m.nv, "tau")], (m.nv,))
 
+    def momentum_terms(self, q: ArrayLike, v: ArrayLike) -> np.ndarray:
+        """[M(q) v, Cᵀ(q, v) v, g(q)], (3, nv) or (N, 3, nv)."""
+        m = self.model
+        return self._run("momentum", [(q, m.nq, "q"), (v, m.nv, "v")], (3, m.nv))
+
+    def coriolis_transpose(self, q: ArrayLike, v: ArrayLike) -> np.ndarray:
+        """Cᵀ(q, v) v."""
+        return self.momentum_terms(q, v)[..., 1, :]
+
 
 # ----------------------------------------------------------------------------- compiled C
 
@@ -269,15 +293,23 @@ class CDynamics:
         """The generated C source of every kernel."""
         return "\n".join(self.sources.values())
 
+    def coriolis_transpose(self, q: ArrayLike, v: ArrayLike) -> np.ndarray:
+        """Cᵀ(q, v) v: a row of ``momentum_terms``."""
+        return self.momentum_terms(q, v)[..., 1, :]
+
 
 def _answer_with(target: Any, source: Any) -> None:
-    """Make ``target``'s five dynamics methods ``source``'s own bound callables: a call through
-    ``target`` then runs no extra Python frame (the C kernels' calls are shorter than one)."""
+    """Make ``target``'s dynamics methods ``source``'s own bound callables: a call through
+    ``target`` then runs no extra Python frame (the C kernels' calls are shorter than one).
+    The C trampoline has no ``coriolis_transpose``: ``CDynamics`` has its own."""
     target.rnea = source.rnea
     target.gravity = source.gravity
     target.nonlinear_effects = source.nonlinear_effects
     target.crba = source.crba
     target.aba = source.aba
+    target.momentum_terms = source.momentum_terms
+    if hasattr(source, "coriolis_transpose"):
+        target.coriolis_transpose = source.coriolis_transpose
 
 
 # ----------------------------------------------------------------------------- building
@@ -356,7 +388,7 @@ class LiveDynamics:
     compiler the Python kernels are used, but only when each is small enough that compiling
     it (which holds the GIL) cannot stall a control loop (``MAX_PYTHON_KERNEL_CHARS``).
 
-    ``implementation`` is the current ``Dynamics``; ``_use`` makes its five methods this
+    ``implementation`` is the current ``Dynamics``; ``_use`` makes its methods this
     object's own attributes, so that a call goes straight to the implementation: a forwarding
     method or property would add an interpreted step to every call, comparable on an arm to
     the C kernel's own work. Both implementations give the same results, so a caller that
@@ -368,6 +400,8 @@ class LiveDynamics:
     nonlinear_effects: Callable[..., np.ndarray]
     crba: Callable[..., np.ndarray]
     aba: Callable[..., np.ndarray]
+    momentum_terms: Callable[..., np.ndarray]
+    coriolis_transpose: Callable[..., np.ndarray]
 
     def __init__(self, model: Model, kernels: str | None = None,
                  on_switch: Callable[[str], None] | None = None) -> None:

@@ -62,7 +62,7 @@ __all__ = ["CompiledKernels", "KernelBuildError", "cache_dir"]
 
 log = logging.getLogger("rb_dynamics.kernels")
 
-KERNELS = ("rnea", "gravity", "nle", "crba", "aba")  # the order _ckernels.Kernels expects
+KERNELS = ("rnea", "gravity", "nle", "crba", "aba", "momentum")  # _ckernels.Kernels' order
 _ARG_NAMES = {"rnea": ("q", "v", "a"), "aba": ("q", "v", "tau")}  # else the generator's
 _COMPILE_TIMEOUT_S = 600.0
 
@@ -258,9 +258,9 @@ class CompiledKernels:
     """A model's C kernels, loaded: the trampoline bound to the library's entry points.
 
     ``kernels`` (a ``_ckernels.Kernels``) has the ``Dynamics`` methods ``rnea``, ``gravity``,
-    ``nonlinear_effects``, ``crba`` and ``aba`` (the checks, shapes and errors of the Python
-    kernels) and ``rollout`` (many simulation steps in C). ``library`` must stay referenced
-    while ``kernels`` is used: the trampoline calls addresses inside it.
+    ``nonlinear_effects``, ``crba``, ``aba`` and ``momentum_terms`` (the checks, shapes and
+    errors of the Python kernels) and ``rollout`` (many simulation steps in C). ``library``
+    must stay referenced while ``kernels`` is used: the trampoline calls addresses inside it.
     """
 
     kernels: object
@@ -281,8 +281,9 @@ def _spec(plan: _Plan, library: ctypes.CDLL, name: str) -> tuple:
     if fallback is not None:
         names += ("f_ext",)
         fallback = functools.partial(fallback, m)
-    return (*entry, names, tuple(n for _, n in ir.args), 2 if name == "crba" else 1,
-            m.nv, ir.error, nonfinite_message(name), fallback)
+    rows = {"crba": m.nv, "momentum": 3}.get(name, 0)  # matrix results: (rows, nv)
+    return (*entry, names, tuple(n for _, n in ir.args), 2 if rows else 1, m.nv, rows,
+            ir.error, nonfinite_message(name), fallback)
 
 
 def _load(plan: _Plan) -> CompiledKernels:

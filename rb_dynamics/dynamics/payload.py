@@ -46,6 +46,7 @@ from rb_dynamics.model import (
 )
 
 from . import reference as dynamics
+from .momentum import momentum_terms
 
 __all__ = [
     "INERTIAL_PARAMETER_NAMES",
@@ -444,6 +445,25 @@ class PayloadEffort:
             tau = self._chain.joint_forces(S_L, gamma.dot(self._I_gravity))
         return _finite(tau, [(q, "q")])
 
+    def momentum_terms(self, q, v) -> np.ndarray:
+        """The payload's share of [M v, Cᵀ v, g] (``momentum``), (3, nv) or (N, 3, nv): with
+        h = I_p v_L its momentum, p_j = S_jᵀ h and (Cᵀ v)_j = −S_jᵀ (V_j ×* h), all in L's
+        coordinates (V_j: the velocity of joint j's successor)."""
+        m, chain = self.model, self._chain
+        q, v = _shaped(q, m.nq, "q"), _shaped(v, m.nv, "v")
+        if self.payload.is_empty or not chain.fast:
+            inertia = [np.zeros((6, 6)) for _ in m.inertia]
+            only = dataclasses.replace(_add_payload(m, inertia, self.payload), armature=None)
+            return momentum_terms(only, q, v)  # zeros for no payload, checked inputs
+        S_L, gamma = chain.link_subspaces(q)
+        V = _mm(chain.lower, S_L * v.dot(chain.Gv)[..., None])  # (…, k, 6)
+        h = V[..., -1, :].dot(self._I)
+        Vh = (V[..., :, :, None] * h[..., None, None, :]).reshape(V.shape[:-1] + (36,))
+        out = np.stack([chain.joint_forces(S_L, h),
+                        -np.sum(S_L * Vh.dot(_CRF_TENSOR), axis=-1).dot(chain.GvT),
+                        chain.joint_forces(S_L, gamma.dot(self._I_gravity))], axis=-2)
+        return _finite(out, [(q, "q"), (v, "v")])
+
 
 class PayloadDynamics:
     """The ``Dynamics`` of the robot carrying ``payload``: a decorator around ``base`` (any
@@ -494,6 +514,13 @@ class PayloadDynamics:
     def aba(self, q, v, tau, f_ext=None) -> np.ndarray:
         """q̈ = M⁻¹ (τ − C v − g + Σ Jᵀ f_ext); a ValueError when it is undefined."""
         return dynamics.forward_dynamics_crba(self.model, q, v, tau, f_ext, dynamics=self)
+
+    def momentum_terms(self, q, v) -> np.ndarray:
+        """[M v, Cᵀ v, g] of the robot and the payload."""
+        return self.base.momentum_terms(q, v) + self._term.momentum_terms(q, v)
+
+    def coriolis_transpose(self, q, v) -> np.ndarray:
+        return self.momentum_terms(q, v)[..., 1, :]
 
 
 def payload_wrench_effort(model: Model, q, v, a, payload: Payload) -> np.ndarray:

@@ -35,6 +35,7 @@ import numpy as np
 from rb_dynamics.dynamics import (
     ConstraintSet,
     Dynamics,
+    LinkWrench,
     friction_effort,
     friction_slope,
     has_friction,
@@ -45,6 +46,7 @@ from rb_dynamics.model import (
     Model,
     check_choice,
     check_positive,
+    finite_array,
     quat_to_matrix,
     skew,
 )
@@ -350,7 +352,9 @@ class Simulator:
     ``dt`` seconds per step with one of ``INTEGRATORS``; the state starts at ``q0``, ``v0``
     (default: the neutral configuration at rest). Commands (N·m or N over v) are clamped to
     the effort limits and fall back to zero ``command_timeout`` seconds (of simulated time)
-    after the last one, so a dead controller leaves a limp, not a stuck, arm. Raises
+    after the last one, so a dead controller leaves a limp, not a stuck, arm. An external
+    wrench on a link (``set_external_wrench``) acts at every step as the joint efforts Jᵀ(q) F
+    (not part of ``applied_effort``, which is what the drives apply and report). Raises
     ValueError for an unknown integrator, a ``dt`` that is not positive and finite, and
     states or commands of the wrong size or not finite.
     """
@@ -367,7 +371,28 @@ class Simulator:
         self.q0 = model.neutral_configuration() if q0 is None else \
             normalize_configuration(model, dynamics.check_vector(q0, model.nq, "q0"))
         self.v0 = np.zeros(model.nv) if v0 is None else dynamics.check_vector(v0, model.nv, "v0")
+        self.wrench: tuple[LinkWrench, np.ndarray] | None = None  # (link, [force; torque])
         self.reset()
+
+    def set_external_wrench(self, link: str | None, wrench=None) -> None:
+        """Apply ``wrench`` = [force; torque] (N, N·m; in ``link``'s frame, about its origin)
+        from the next step on, until replaced; ``link`` None removes it. ValueError for an
+        unknown link or a wrench that is not 6 finite numbers (nothing changes then)."""
+        if link is None:
+            self.wrench = None
+            return
+        held = self.wrench[0] if self.wrench is not None else None
+        jacobian = held if held is not None and held.link == link else LinkWrench(self.model,
+                                                                                  link)
+        self.wrench = (jacobian, finite_array(wrench, "wrench", (6,)))
+
+    def external_effort(self, q: np.ndarray | None = None) -> np.ndarray:
+        """Jᵀ(q) F of the external wrench over v (N·m or N; zeros without one), at ``q``
+        (default: the current state)."""
+        if self.wrench is None:
+            return np.zeros(self.model.nv)
+        jacobian, wrench = self.wrench
+        return jacobian.effort(self.q if q is None else q, wrench)
 
     def reset(self, q: np.ndarray | None = None, v: np.ndarray | None = None) -> None:
         self.q = self.q0.copy() if q is None else normalize_configuration(
@@ -419,6 +444,8 @@ class Simulator:
             effort = self.applied_effort
             if self.recorder is not None:
                 self.recorder(np.array([self.time]), self.q[None], self.v[None], effort[None])
+            if self.wrench is not None:  # the push acts; the drives' effort is what is recorded
+                effort = effort + self.external_effort()
             result = step(self.dynamics, self.q, self.v, effort, self.dt,
                           self.integrator, constraints=self.constraints, t=self.time)
             self.q, self.v, self.a, self.limit_hit = result.q, result.v, result.a, result.limit_hit
@@ -430,7 +457,16 @@ class Simulator:
         # the times at the start of each step as the reference loop accumulates them (an
         # accumulate adds in order), and the effort each one applies
         times = np.add.accumulate(np.r_[self.time, np.full(steps, self.dt)])
-        if self.state_feedback:
+        drives = None  # with a push: the drives' efforts (the trace's include the push)
+        if self.wrench is not None:
+            starts, drives = times.tolist(), np.empty((steps, self.model.nv))
+
+            def pushed(k: int, q: np.ndarray, v: np.ndarray) -> np.ndarray:
+                drives[k] = self.effort_at(starts[k], q, v)
+                return drives[k] + self.external_effort(q)
+
+            trace = fast.run(self.q, self.v, None, self.dt, steps, law=pushed)
+        elif self.state_feedback:
             starts = times.tolist()
             trace = fast.run(self.q, self.v, None, self.dt, steps,
                              law=lambda k, q, v: self.effort_at(starts[k], q, v))
@@ -441,7 +477,8 @@ class Simulator:
             trace = fast.run(self.q, self.v, tau, self.dt, steps)
         done = trace.steps
         if done and self.recorder is not None:
-            self.recorder(times[:done], trace.q[:done], trace.v[:done], trace.tau[:done])
+            self.recorder(times[:done], trace.q[:done], trace.v[:done],
+                          trace.tau[:done] if drives is None else drives[:done])
         if done:
             self.q, self.v = trace.q[done].copy(), trace.v[done].copy()
             self.a, self.limit_hit = trace.a[done - 1].copy(), trace.limit_hit[done - 1].copy()

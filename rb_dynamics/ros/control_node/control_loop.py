@@ -26,9 +26,11 @@ the period drifts): gains that make the sampled loop unstable are not commanded 
 command goes out once and the reason stays on the log and /diagnostics until they change.
 
 The other parts of the node talk to the loop through its methods: ``install`` a controller,
-``start_publishing``/``stop_publishing``, ``set_max_rate``, ``reference_changed``/
-``holding_on_purpose`` (whether "no reference yet" is to be logged), and four listeners
-(``set_command_monitor``, ``set_fault_listener``, ``set_state_recorder``,
+``start_publishing``/``stop_publishing``, ``suspended`` (set to a reason: no commands, whatever
+the lifecycle, as a collision's ``stop`` reaction; with ``send_stop_command``),
+``set_max_rate``, ``reference_changed``/``holding_on_purpose`` (whether "no reference yet" is to
+be logged), ``fault`` (end what follows the reference), and listeners
+(``set_command_monitor``, ``set_fault_listener``, ``set_state_recorder`` by key,
 ``set_first_state_callback``) called on the loop's thread.
 
 States that go stale end a goal being executed (the goal's reference is dropped); when they come
@@ -81,7 +83,7 @@ CommandMonitor = Callable[[float, JointController, ControlOutput], None]
 # why) when the law's effort is not finite; and the controller. It must take microseconds.
 FaultListener = Callable[[str, str, JointController], None]
 # With each joint state after its command is out (outside ``lock``), and the controller that
-# took it (None: no controller yet).
+# took it (None: no controller yet); one per key (the payload's, the contact monitor's).
 StateRecorder = Callable[[JointState, "JointController | None"], None]
 
 
@@ -103,7 +105,8 @@ class ControlLoop:
         self._hold_reported = False
         self._monitor: CommandMonitor | None = None
         self._fault_listener: FaultListener | None = None
-        self._recorder: StateRecorder | None = None
+        self._recorders: dict[str, StateRecorder] = {}
+        self.suspended = ""  # why no command goes out whatever the lifecycle; "": commands do
         self._first_state: Callable[[], None] | None = None
         self.stop_command = "gravity"  # gravity, zero or none: the node's stop_command
         self._commanding = False  # a command went out since the last stop command
@@ -154,9 +157,9 @@ class ControlLoop:
         being published (``why``: for the log; takes ``lock``)."""
         with self.lock:
             self._publishing = False
-            self._send_stop_command(why)
+            self.send_stop_command(why)
 
-    def _send_stop_command(self, why: str) -> None:
+    def send_stop_command(self, why: str) -> None:
         """``stop_command`` once after the last command (under ``lock``)."""
         if not self._commanding:
             return
@@ -194,9 +197,9 @@ class ControlLoop:
                     self.problem(f"no usable joint state for {age:.3f} s (state_timeout "
                                  f"{controller.max_state_age} s): stopped commanding"
                                  + (f" (last problem: {why})" if why else ""), "stale")
-                    self._send_stop_command("joint states stopped")
-                    self._fault("stale", f"no usable joint state for {age:.3f} s (state_timeout "
-                                f"{controller.max_state_age} s)", controller)
+                    self.send_stop_command("joint states stopped")
+                    self.fault("stale", f"no usable joint state for {age:.3f} s (state_timeout "
+                               f"{controller.max_state_age} s)", controller)
                     # the next fresh state restarts the reference from there (the docstring)
                     controller.hold_position = None
                     self._restart_reference = True
@@ -207,10 +210,11 @@ class ControlLoop:
         once, a goal ends), the reason logged and on /diagnostics until they are changed."""
         self.problem(f"{why}; not commanding until the gains are changed", "unstable gains")
         if self._commanding:
-            self._send_stop_command("unstable gains")
-            self._fault("gains", why, controller)
+            self.send_stop_command("unstable gains")
+            self.fault("gains", why, controller)
 
-    def _fault(self, kind: str, why: str, controller: JointController) -> None:
+    def fault(self, kind: str, why: str, controller: JointController) -> None:
+        """Tell the fault listener (call under ``lock``)."""
         if self._fault_listener is not None:
             self._fault_listener(kind, why, controller)
 
@@ -235,8 +239,8 @@ class ControlLoop:
     def set_fault_listener(self, listener: FaultListener | None) -> None:
         self._fault_listener = listener
 
-    def set_state_recorder(self, recorder: StateRecorder | None) -> None:
-        self._recorder = recorder
+    def set_state_recorder(self, recorder: StateRecorder, key: str = "recorder") -> None:
+        self._recorders = {**self._recorders, key: recorder}  # a new dict: read unlocked
 
     def set_first_state_callback(self, callback: Callable[[], None] | None) -> None:
         """``callback()`` on the loop thread when a controller takes its first state (a
@@ -281,8 +285,7 @@ class ControlLoop:
                 + msg.header.stamp.nanosec
             if not self._control(msg):
                 self.totals.unanswered += 1
-        recorder = self._recorder
-        if recorder is not None:
+        for recorder in self._recorders.values():
             recorder(msg, self._controller)
 
     def _control(self, msg: JointState) -> bool:
@@ -338,14 +341,14 @@ class ControlLoop:
         # the states on a busy machine, and a lagging clock that catches up at once would make
         # a state taken late look stale
         self._last_state = state_time if simulated else now
-        if not self._publishing or now - self._last_publish < self._min_period:
+        if not self._publishing or self.suspended or now - self._last_publish < self._min_period:
             return False
         started = time.perf_counter()
         try:  # the reference is sampled at the instant the state describes
             out = controller.compute(now, state_time)
         except ControllerError as exc:
             self.problem(str(exc), "compute")
-            self._fault("effort", str(exc), controller)
+            self.fault("effort", str(exc), controller)
             return False
         self._publish(out.effort)
         self._commanding = True

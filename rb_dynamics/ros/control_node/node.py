@@ -17,6 +17,8 @@ run-time parameters:
 - ``DynamicsServices`` (dynamics_services.py), ``PayloadServices`` (payload_services.py),
   ``OverlayService`` (overlay_service.py: the dynamics overlay, with ``ModelLoader``);
 - ``ControlStatus`` (status.py): /diagnostics;
+- ``ContactMonitor`` (contact.py): the external efforts from the momentum observer,
+  ``~/external_efforts``, ``~/external_wrench``, ``~/collision``, ``~/reset_collision``;
 - the parameters, declared from ``parameters.yaml`` beside this module (the node's schema).
 
 Topics
@@ -25,10 +27,14 @@ Topics
     ~/effort_commands (pub, std_msgs/Float64MultiArray)  efforts ordered by ``joints``;
                                                     remap to <effort controller>/commands
     ~/controller_state (pub, control_msgs/JointTrajectoryControllerState)
+    ~/external_efforts (pub, sensor_msgs/JointState)  estimated external efforts (contact.py)
+    ~/external_wrench (pub, geometry_msgs/WrenchStamped)  the wrench on contact.wrench_link
+    ~/collision (pub, rb_dynamics_interfaces/Collision)  a collision detected
     /diagnostics (pub, diagnostic_msgs/DiagnosticArray)  about once a second
 Services (rb_dynamics_interfaces): ~/inverse_dynamics, ~/forward_dynamics, ~/dynamics_terms,
 ~/simulate, ~/set_payload, ~/identify_payload, ~/trajectory_efforts, ~/set_dynamics_overlay
-(the dynamics services answer for the robot with its overlay and its payload). Action:
+(the dynamics services answer for the robot with its overlay and its payload);
+~/reset_collision (std_srvs/Trigger). Action:
 ~/follow_joint_trajectory (control_msgs/FollowJointTrajectory).
 
 A managed (lifecycle) node: with ``autostart`` (the default) it configures and activates itself
@@ -57,6 +63,7 @@ from rb_dynamics.ros.constraint_parameters import PREFIX
 from rb_dynamics.ros.parameters import qos_with_overrides
 from rb_dynamics.ros.runtime import ThrottledLogger, refuse_invalid_transitions
 
+from .contact import CONTACT_PARAMETERS, ContactMonitor
 from .control_loop import ControlLoop
 from .dynamics_services import DynamicsServices
 from .law_parameters import (
@@ -80,7 +87,7 @@ SCHEMA = ros_params.node_schema("control_node")  # every parameter: parameters.y
 NODE_NAME = SCHEMA.node_name
 # the parameters this class declares; its parts declare the rest of the schema's
 PARAMETERS = SCHEMA.select(exclude=(*TRAJECTORY_PARAMETERS, *PAYLOAD_PARAMETERS,
-                                    f"{PREFIX}.*"))
+                                    *CONTACT_PARAMETERS, f"{PREFIX}.*"))
 
 
 class ControlNode(LifecycleNode):
@@ -113,6 +120,7 @@ class ControlNode(LifecycleNode):
         self.status = ControlStatus(self, self.loop, self.model_loader, self._state,
                                     lambda: {**self.overlay.diagnostic_values(),
                                              **self.payload.diagnostic_values()})
+        self.contact = ContactMonitor(self, self.loop)
         self.add_on_set_parameters_callback(self._on_set_parameters)
         refuse_invalid_transitions(self)
         self.model_loader.follow_sources()

@@ -268,6 +268,8 @@ class TrajectoryAction:
         if controller is None:
             raise GoalError(INVALID_GOAL, "this model has nothing to command" if
                             self.has_model() else "no robot description loaded yet")
+        if controller.refusing:  # a latched collision (contact.py)
+            raise GoalError(INVALID_GOAL, controller.refusing)
         if controller.mode not in REFERENCE_MODES:
             raise GoalError(INVALID_GOAL, f"the controller is in {controller.mode!r} mode; set "
                             f"mode to one of {REFERENCE_MODES} to follow trajectories (ros2 "

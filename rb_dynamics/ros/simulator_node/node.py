@@ -28,7 +28,9 @@ Run-time parameters: ``real_time_factor``, ``command_timeout``; the others are r
 every one is described in ``parameters.yaml`` beside this module (the node's schema) and
 listed in ``config/simulator.yaml`` and docs/parameters.md.
 ``~/set_payload`` (rb_dynamics_interfaces/SetPayload) puts a payload on the simulated robot
-(the state kept, see payload.py).
+(the state kept, see payload.py). ``~/external_wrench`` (geometry_msgs/WrenchStamped) pushes
+on a link, and ``~/true_external_efforts`` (sensor_msgs/JointState) publishes the joint efforts
+it makes (external_wrench.py).
 
 The real arm (docs/simulator.md): ``dynamics_overlay`` gives the simulated robot its own
 armature, friction (Coulomb, viscous, Stribeck) and effort-sensor offset; joint_states then
@@ -67,6 +69,7 @@ from rb_dynamics.simulation import StateHistory
 from rb_dynamics_interfaces.srv import SetState
 
 from .commands import CommandInputs
+from .external_wrench import ExternalWrench
 from .payload import SimulatorPayload
 from .simulated_robot import (
     command_layout_of,
@@ -123,6 +126,8 @@ class SimulatorNode(Node):
         self._make_clock(settings)
         self.inputs = CommandInputs(self, self.layout, self.joints, self.sim, self.warn,
                                     self._step_on_command if self.lockstep else None)
+        self.external = ExternalWrench(self, self.sim, self.joint_layout, self.joints,
+                                       settings["external_wrench_timeout"], self.warn)
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self._log_start()
 
@@ -308,6 +313,7 @@ class SimulatorNode(Node):
     def _advance(self, duration: float) -> int:
         """Steps covering ``duration``; on divergence, the last good state stays and we pause."""
         before = (self.sim.q.copy(), self.sim.v.copy(), self.sim.time)
+        self.external.expire()
         try:
             steps = self.sim.advance(duration)
             finite = np.all(np.isfinite(self.sim.q)) and np.all(np.isfinite(self.sim.v))
@@ -359,6 +365,7 @@ class SimulatorNode(Node):
         msg.velocity = reading.velocity.tolist()
         msg.effort = reading.effort.tolist()
         self.state_pub.publish(msg)
+        self.external.publish(msg.header.stamp)
 
 
 def main(args: list[str] | None = None) -> int:
