@@ -34,7 +34,7 @@ ckernels = Extension(
 
 setup(
     name=package_name,
-    version="0.2.0",
+    version="0.3.0",
     packages=find_packages(exclude=["test", "test.*"]),
     ext_modules=[ckernels],
     cmdclass={"build_ext": BuildExt},

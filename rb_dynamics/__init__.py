@@ -18,7 +18,7 @@ Everything below ``ros`` needs only NumPy (and SciPy); docs/layout.md has a line
 
 from pathlib import Path
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 DEFAULT_URDF = Path(__file__).resolve().parent / "urdf" / "default_arm.urdf"
 

@@ -79,7 +79,7 @@ def test_descriptions_without_moving_joints_are_taken_and_nothing_is_commanded(t
     node.close()
     sim = simulator(tmp_path, robot_description=bare)
     states = sim.received(JointState, "joint_states")
-    assert sim.wait_for(lambda: len(states) > 3, 10.0), sim.output()
+    assert sim.wait_for(lambda: len(states) > 3, 30.0), sim.output()
     assert list(states[-1][1].name) == []
     sim.close()
 
@@ -176,8 +176,11 @@ def test_loading_a_large_model_never_stalls_the_loop_or_the_services(tmp_path):
           f"{1e3 * max(latencies):.0f} ms (baseline {1e3 * baseline_call:.0f} ms)")
     assert node.output().count("dynamics kernels: c") >= 2, node.output()
     # a build that held the loop took seconds; the build holds the interpreter only in short
-    # slices, so the loop's largest gap stays within a few of its quiet ones
-    assert gaps(times) < 0.25 + 4.0 * baseline_gap
+    # slices, so the loop's largest gap stays within a few of its quiet ones, plus the answers
+    # of the reference algorithms meanwhile (a 60-link gravity alone is ~10 ms of Python,
+    # slower while the compiler takes the cores: 0.15-0.3 s gaps on an idle machine of this
+    # kind; the bound leaves room for one twice as slow)
+    assert gaps(times) < 1.0 + 4.0 * baseline_gap
     assert max(latencies) < 1.0 + 4.0 * baseline_call
     node.close()
 
@@ -317,11 +320,18 @@ def test_an_overflowing_reference_is_refused_cleanly_and_does_not_poison_the_nex
     assert not node.wait_for(lambda: len(commands) > count, 0.5), "a command for overflow"
     assert node.wait_for(lambda: any("not finite" in m for m in statuses(node)), 5.0)
     assert node.set_parameters(kp=[100.0]).successful
+    # a driver's stream from here: states sent by hand, slowly on a busy machine, would go
+    # stale, and the reference after a gap is the measured position (restart_trajectory)
+    stream = node.stream_states(UR5_JOINTS, q, period=0.005)
+    count = len(commands)
+    assert node.wait_for(lambda: len(commands) > count + 5, 30.0), node.output()
     goal = np.array([0.2, -0.3, 0.4, 0.1, 0.2, 0.3])
     node.publish_matched(JointTrajectory, "~/joint_trajectory", JointTrajectory(
         joint_names=UR5_JOINTS, points=[JointTrajectoryPoint(positions=goal.tolist())]))
-    assert node.wait_for(lambda: rel_err(node.command_after(UR5_JOINTS, q),
-                                         _pin_rnea(q, 100.0 * goal)) < 1e-9, 10.0)
+    expected = _pin_rnea(q, 100.0 * goal)
+    assert node.wait_for(lambda: rel_err(commands[-1][1].data, expected) < 1e-9, 30.0), \
+        node.output()
+    stream.stop()
     assert "Traceback" not in node.output()
     node.close()
 
