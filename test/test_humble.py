@@ -17,6 +17,7 @@ from humble import MISSING, humble_env
 from ros_harness import close_all
 from ros_harness import control_node as start_control_node
 from ros_harness import simulator as start_simulator
+from sensor_msgs.msg import JointState
 from std_srvs.srv import SetBool
 
 from rb_dynamics import DEFAULT_URDF
@@ -43,7 +44,13 @@ def test_the_control_node_runs_a_goal_on_humbles_control_msgs(tmp_path):
         "use_sim_time": True},
         "-r", f"~/effort_commands:=/{sim.name}/commands", peer=sim.peer, env=humble_env())
     try:
+        states = sim.received(JointState, "joint_states")
         assert sim.call(SetBool, "~/pause", SetBool.Request(data=False)).success
+        # the loop is closed (lock-step: the simulator steps only on the node's commands)
+        # before the peer sends its goal, which the node would refuse without a joint state
+        assert sim.wait_for(lambda: states and states[-1][1].header.stamp.nanosec > 100_000_000
+                            or states and states[-1][1].header.stamp.sec > 0, 60.0), \
+            sim.output() + node.output()
         spec = {"joints": joints, "start": q0.tolist(), "goal": (q0 + 0.1).tolist()}
         out = subprocess.run([sys.executable, str(PEER), node.name, json.dumps(spec)],
                              env=humble_env(), capture_output=True, text=True, timeout=120)
