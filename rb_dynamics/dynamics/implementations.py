@@ -25,8 +25,6 @@ Kernels are generated only for models up to ``MAX_GENERATED_BODIES`` bodies (the
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import logging
 import math
 import os
@@ -330,50 +328,17 @@ def kernels_choice(kernels: str | None = None) -> str:
     return kernels
 
 
-_gc_lock = threading.Lock()
-_gc_builds = 0  # code generations running (any thread)
-_gc_full_threshold = 0  # the oldest generation's threshold before the first of them
-
-
-@contextlib.contextmanager
-def _young_collections_only():
-    """No full pass of the cyclic garbage collector while the block runs (nested and
-    concurrent uses too); the passes over the young generations go on. Around a build: code
-    generation, the compiler's run and the caller's taking the kernels.
-
-    Why: code generation keeps hundreds of thousands of objects alive until it ends, and a full
-    pass walks every one of them while it holds the interpreter: the passes, ever longer, take
-    most of a large model's generation time, and a control loop sharing the interpreter waits
-    out each one. The objects are freed by reference counting when the build drops them."""
-    global _gc_builds, _gc_full_threshold
-    with _gc_lock:
-        if _gc_builds == 0:
-            _gc_full_threshold = gc.get_threshold()[2]
-            young, middle, _ = gc.get_threshold()
-            gc.set_threshold(young, middle, 1 << 30)
-        _gc_builds += 1
-    try:
-        yield
-    finally:
-        with _gc_lock:
-            _gc_builds -= 1
-            if _gc_builds == 0:
-                young, middle, _ = gc.get_threshold()
-                gc.set_threshold(young, middle, _gc_full_threshold)
-
-
 def _build(model: Model, choice: str, max_python_chars: int | None = None
            ) -> tuple[Dynamics | None, str]:
     """The generated kernels of ``model`` for ``choice`` ("auto", "c" or "python"): C when
     asked for or available, else Python, else (None, why not) when the Python kernels are
     longer than ``max_python_chars``. Raises ``KernelBuildError`` ("c" impossible) and what
     code generation raises (ValueError for constants that overflow)."""
-    with _young_collections_only():  # the kernels' code stays alive until the caller's end
-        ir = generate_kernels(model)
-        if choice in ("auto", "c"):
-            compiled = kernel_cache.load_or_build(model, ir, required=choice == "c")
-            if compiled is not None:
-                return CDynamics(model, ir, compiled), ""
+    ir = generate_kernels(model)
+    if choice in ("auto", "c"):
+        compiled = kernel_cache.load_or_build(model, ir, required=choice == "c")
+        if compiled is not None:
+            return CDynamics(model, ir, compiled), ""
     if max_python_chars is not None:
         largest = max(len(emit_python(kernel)) for kernel in ir.values())
         if largest > max_python_chars:
@@ -471,19 +436,16 @@ class LiveDynamics:
         return getattr(self.implementation, "kernels", None)
 
     def _build(self, kernels: str | None, on_switch: Callable[[str], None] | None) -> None:
-        # young collections only until ``on_switch`` has run: a caller that keeps the kernels
-        # may take them out of the collector's reach there (``gc.freeze``)
-        with _young_collections_only():
-            try:
-                built, self.problem = _build(self.model, kernels_choice(kernels),
-                                             MAX_PYTHON_KERNEL_CHARS)
-            except Exception as exc:  # noqa: BLE001 - a background build must never raise
-                built, self.problem = None, f"generated kernels unavailable: {exc}"
-            if built is not None:
-                self._use(built)
-            self.ready.set()
-            if on_switch is not None:
-                on_switch(self.kind if built is not None else f"reference ({self.problem})")
+        try:
+            built, self.problem = _build(self.model, kernels_choice(kernels),
+                                         MAX_PYTHON_KERNEL_CHARS)
+        except Exception as exc:  # noqa: BLE001 - a background build must never raise
+            built, self.problem = None, f"generated kernels unavailable: {exc}"
+        if built is not None:
+            self._use(built)
+        self.ready.set()
+        if on_switch is not None:
+            on_switch(self.kind if built is not None else f"reference ({self.problem})")
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the background build has finished (tests, benchmarks)."""
