@@ -7,6 +7,7 @@ on domain 0) apart; child processes inherit these variables. Loopback is spelled
 installed distribution wants it (rb_dynamics.ros_env): Jazzy warns about Humble's spelling.
 """
 
+import gc
 import os
 import sys
 import tempfile
@@ -25,6 +26,17 @@ os.environ.setdefault("ROS_LOG_DIR", tempfile.mkdtemp(prefix="rb_dynamics_ros_lo
 # compiled kernels of this session in a fresh cache: every run exercises the compiler, and a
 # developer's own cache is neither used nor filled (the nodes the tests start inherit it)
 os.environ["RB_DYNAMICS_CACHE"] = tempfile.mkdtemp(prefix="rb_dynamics_kernels_")
+
+
+@pytest.fixture(autouse=True)
+def _no_long_pauses_in_this_process():
+    """What earlier tests left alive is taken out of the cyclic garbage collector's reach
+    before each test (``gc.freeze``, after a collection): a full pass would otherwise walk the
+    whole session's heap, hundreds of milliseconds late in the suite, and this process
+    streams the joint states and times the commands of the nodes under test (a pause here
+    reads as a gap in their loop). The nodes do the same (``ros.runtime.freeze_long_lived``)."""
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.fixture(autouse=True)

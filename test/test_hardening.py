@@ -24,6 +24,7 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 from urdf_samples import chain_urdf
 
 from rb_dynamics import DEFAULT_URDF
+from rb_dynamics.dynamics import ReferenceDynamics
 from rb_dynamics.model import load_model
 from rb_dynamics_interfaces.srv import ForwardDynamics, InverseDynamics, Simulate
 
@@ -127,6 +128,19 @@ def test_a_massless_leaf_loads_and_forward_dynamics_name_its_links(tmp_path):
 # ----------------------------------------------------------------------------- 4–6: stalls
 
 
+def _reference_gravity_time(urdf: Path, q: np.ndarray) -> float:
+    """Seconds the reference algorithms take here, now, for the gravity of ``urdf`` at ``q``
+    (best of 5): the yardstick of a control loop's work per state before the compiled kernels
+    are ready, on this machine under its load."""
+    dynamics = ReferenceDynamics(load_model(urdf))
+    best = float("inf")
+    for _ in range(5):
+        began = time.perf_counter()
+        dynamics.gravity(q)
+        best = min(best, time.perf_counter() - began)
+    return best
+
+
 def test_loading_a_large_model_never_stalls_the_loop_or_the_services(tmp_path):
     """15.4: a 200-link reload once held the control loop 3.7 s (code generation holding the
     interpreter); now the model is built off the executor, the loop runs on the reference
@@ -178,11 +192,12 @@ def test_loading_a_large_model_never_stalls_the_loop_or_the_services(tmp_path):
           f"{1e3 * max(latencies):.0f} ms (baseline {1e3 * baseline_call:.0f} ms)")
     assert node.output().count("dynamics kernels: c") >= 2, node.output()
     # a build that held the loop took seconds; the build holds the interpreter only in short
-    # slices, so the loop's largest gap stays within a few of its quiet ones, plus the answers
-    # of the reference algorithms meanwhile (a 60-link gravity alone is ~10 ms of Python,
-    # slower while the compiler takes the cores: 0.15-0.3 s gaps on an idle machine of this
-    # kind; the bound leaves room for one twice as slow)
-    assert gaps(times) < 1.0 + 4.0 * baseline_gap
+    # slices, so the loop's largest gap stays within a few of its quiet ones plus the answers
+    # of the reference algorithms meanwhile, slower while the compiler takes the cores (the
+    # gaps: 10-25 best-case reference gravities on this kind of machine, idle or busy)
+    reference = _reference_gravity_time(path, q)
+    print(f"reference gravity here: {1e3 * reference:.1f} ms")
+    assert gaps(times) < 4.0 * baseline_gap + 50.0 * reference
     assert max(latencies) < 1.0 + 4.0 * baseline_call
     node.close()
 

@@ -177,6 +177,6 @@ def check_a_switch_is_no_slower_than_a_service_call(t, gaps, switches, windows) 
           f"{np.percentile(gaps[quiet], 99):.3f}, max {gaps[quiet].max():.3f}")
     # a switch also logs the payload (a /rosout message from the same thread); on a machine
     # whose two cores the simulator, the node and this test share, the intervals are a few ms
-    # and vary by as much: half an ordinary call's again is still no stall
-    assert np.median(switch_gaps) <= 1.5 * np.median(ordinary) + 1.0
+    # and vary by as much: half an ordinary call's again, and one quiet interval, is no stall
+    assert np.median(switch_gaps) <= 1.5 * np.median(ordinary) + np.median(gaps[quiet])
     assert np.median(switch_gaps) <= np.percentile(gaps[quiet], 99) + 1.0
