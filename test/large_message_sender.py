@@ -22,7 +22,7 @@ from rclpy.action import ActionClient
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 
-def _trajectory(joints: list[str], q0: list[float], n: int) -> JointTrajectory:
+def ramp_trajectory(joints: list[str], q0: list[float], n: int) -> JointTrajectory:
     msg = JointTrajectory(joint_names=joints)
     duration = 20.0
     for k in range(n):
@@ -50,7 +50,7 @@ def main() -> None:
     print("READY", flush=True)
     for line in sys.stdin:
         kind, n = line.split()
-        trajectory = _trajectory(joints, q0, int(n))
+        trajectory = ramp_trajectory(joints, q0, int(n))
         if kind == "topic":
             publisher.publish(trajectory)
             print("published", flush=True)

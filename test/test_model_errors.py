@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -143,6 +144,17 @@ def test_bad_urdf_raises_urdf_error_naming_the_problem(xml, words):
 def test_missing_file_is_a_urdf_error(tmp_path):
     with pytest.raises(URDFError, match="does not exist"):
         load_model(tmp_path / "missing.urdf")
+
+
+def test_a_urdf_path_that_is_no_regular_file_is_refused_at_once(tmp_path):
+    """A device or a FIFO named as the URDF would hold the reader (or fill its memory)."""
+    fifo = tmp_path / "robot.urdf"
+    os.mkfifo(fifo)
+    for path in ("/dev/zero", fifo):
+        start = time.monotonic()
+        with pytest.raises(URDFError, match="not a regular file"):
+            load_model(path)
+        assert time.monotonic() - start < 2.0
 
 
 def test_entity_expansion_is_refused_quickly():

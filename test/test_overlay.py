@@ -4,6 +4,8 @@ naming the place."""
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +23,7 @@ from rb_dynamics.model import (
     read_overlay,
     write_overlay,
 )
+from rb_dynamics.model.overlay import MAX_OVERLAY_BYTES
 
 MODEL = load_model(DEFAULT_URDF)
 
@@ -76,6 +79,31 @@ def test_bad_overlays_are_refused_naming_the_place(text, says):
     with pytest.raises(OverlayError, match=None) as info:
         read_overlay(text)
     assert says in str(info.value), str(info.value)
+
+
+# nine lines standing for 9**9 numbers (the "billion laughs" of YAML)
+ALIAS_BOMB = "a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + "".join(
+    f"{b}: &{b} [{', '.join([f'*{a}'] * 9)}]\n" for a, b in zip("abcdefgh", "bcdefghi"))
+
+
+def test_hostile_overlays_are_refused_at_once(tmp_path):
+    """What would hold the reader or fill its memory is refused before it is read: a device, a
+    FIFO, a file over the size limit, aliases, nesting deeper than any overlay."""
+    fifo = tmp_path / "overlay.fifo"
+    os.mkfifo(fifo)
+    big = tmp_path / "big.yaml"
+    with open(big, "wb") as file:
+        file.truncate(MAX_OVERLAY_BYTES + 1)
+    for source, says in [("/dev/zero", "not a regular file"), (fifo, "not a regular file"),
+                         (big, f"larger than {MAX_OVERLAY_BYTES} bytes"),
+                         (ALIAS_BOMB, "aliases (*a)"),
+                         ("x: " + "[" * 1_000_000 + "\n", "nested deeper"),
+                         ("".join(" " * i + "a:\n" for i in range(1000)), "nested deeper")]:
+        start = time.monotonic()
+        with pytest.raises(OverlayError) as info:
+            read_overlay(source)
+        assert says in str(info.value), str(info.value)
+        assert time.monotonic() - start < 2.0, (says, time.monotonic() - start)
 
 
 def test_an_overlay_naming_another_robots_joints_is_refused():

@@ -8,6 +8,7 @@ while the node goes on commanding; a bad file at start refuses the description."
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -154,7 +155,13 @@ def test_commands_follow_the_overlay_from_start_through_swaps(rig, tmp_path):
     bad = overlay(3).to_dict()
     bad["joints"]["elbow_joint"]["armature"] = -0.1
     missing = str(tmp_path / "missing.yaml")
-    for request, says in [({"text": yaml.safe_dump(bad)}, "'elbow_joint': armature -0.1 is "
+    fifo = tmp_path / "overlay.fifo"
+    os.mkfifo(fifo)  # opening it for reading would wait for a writer
+    for request, says in [({"path": "/dev/zero"}, "not a regular file"),
+                          ({"path": str(fifo)}, "not a regular file"),
+                          ({"text": "a: &a [1, 1]\nb: [*a, *a]\n"}, "aliases"),
+                          ({"text": "joints: " + "[" * 100_000 + "\n"}, "nested deeper"),
+                          ({"text": yaml.safe_dump(bad)}, "'elbow_joint': armature -0.1 is "
                            "negative"),
                           ({"text": "format: rb_dynamics/dynamics_overlay\nversion: 1\njoints: "
                                     "{panda_joint1: {armature: 0.1}}\n"}, "panda_joint1"),

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Input checks shared by the engine: numbers of the right shape, all finite, positive where
-they must be, one of the allowed choices, or an error naming the argument.
+they must be, one of the allowed choices, files of a bounded size, or an error naming the
+argument.
 
 Each check returns the value as the engine uses it and raises ``error`` (``ValueError`` or a
 subclass the caller chooses) otherwise; nothing is changed when a check fails.
@@ -9,13 +10,16 @@ subclass the caller chooses) otherwise; nothing is changed when a check fails.
 from __future__ import annotations
 
 import math
+import os
+import stat
 from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
 __all__ = ["check_choice", "check_positive", "check_rotational_inertia", "finite_array",
-           "finite_vector", "name_list", "repeated_names"]
+           "finite_vector", "name_list", "read_text_file", "repeated_names"]
 
 
 def finite_array(values, name: str, shape: tuple[int, ...] | None = None,
@@ -104,3 +108,22 @@ def name_list(names: Sequence[str], limit: int = 5) -> str:
     shown = ", ".join(repr(name) for name in list(names[:limit]))
     more = len(names) - limit
     return f"[{shown}]" if more <= 0 else f"[{shown}, … and {more} more]"
+
+
+def read_text_file(path: str | Path, max_bytes: int, what: str,
+                   error: type[ValueError] = ValueError) -> str:
+    """The text of the regular file ``path`` (UTF-8, undecodable bytes replaced), never more
+    than ``max_bytes`` read: a device (``/dev/zero``), a FIFO or a file growing while it is
+    read cannot hold the reader or fill its memory.
+
+    ``error`` naming ``what`` and the path for anything but a regular file, or one over
+    ``max_bytes``; ``OSError`` for a path that cannot be opened (missing, no permission).
+    """
+    # O_NONBLOCK: opening a FIFO would otherwise wait for a writer
+    with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as file:
+        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+            raise error(f"{what} {str(path)!r} is not a regular file")
+        data = file.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise error(f"{what} {str(path)!r} is larger than {max_bytes} bytes")
+    return data.decode("utf-8", errors="replace")

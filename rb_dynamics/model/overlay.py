@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from .checks import read_text_file
 from .tree import Model
 from .xml_reading import MAX_MAGNITUDE
 
@@ -77,6 +78,7 @@ OVERLAY_KEYS = {
 }
 _SIGNED = ("offset",)  # the one key that may be negative
 MAX_OVERLAY_BYTES = 10_000_000
+MAX_OVERLAY_DEPTH = 32  # levels of YAML nesting (an overlay has five)
 
 
 class OverlayError(ValueError):
@@ -151,26 +153,44 @@ def _joint_values(joint: str, values: Any, where: str) -> dict[str, float]:
     return out
 
 
+def _yaml_data(text: str, where: str) -> Any:
+    """``text`` read as YAML (libyaml's safe loader where PyYAML has it), after one pass over
+    its events refusing aliases (``*name``: a few lines of nested aliases stand for billions of
+    values, and reading them into arrays would hold the reader for minutes and fill its memory)
+    and nesting deeper than ``MAX_OVERLAY_DEPTH`` (the loader recurses once per level). An
+    overlay written by ``write_overlay`` has neither."""
+    import yaml  # a dependency of rclpy and of the identification extra; only here
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    depth = 0
+    try:
+        for event in yaml.parse(text, Loader=loader):
+            if isinstance(event, yaml.AliasEvent):
+                raise OverlayError(f"{where}: aliases (*{event.anchor}) are not taken in an "
+                                   "overlay")
+            if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+                depth += 1
+                if depth > MAX_OVERLAY_DEPTH:
+                    raise OverlayError(f"{where}: nested deeper than {MAX_OVERLAY_DEPTH} levels")
+            elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+                depth -= 1
+        return yaml.load(text, Loader=loader)  # noqa: S506 - a safe loader
+    except yaml.YAMLError as exc:
+        raise OverlayError(f"{where}: not YAML: {exc}") from None
+
+
 def read_overlay(source: str | Path) -> DynamicsOverlay:
     """An overlay from a YAML file (a path) or YAML text (a string holding a newline).
 
-    Raises ``OverlayError`` naming the file and the place for anything it cannot take, and
-    ``OSError`` for a file it cannot read.
+    Raises ``OverlayError`` naming the file and the place for anything it cannot take (a file
+    that is not a regular one or is over ``MAX_OVERLAY_BYTES``, YAML aliases, nesting too deep),
+    and ``OSError`` for a file it cannot open.
     """
-    import yaml  # a dependency of rclpy and of the identification extra; only here
-
     text, where = (source, "overlay text") if isinstance(source, str) and "\n" in source \
         else (None, str(source))
     if text is None:
-        path = Path(source)
-        if path.stat().st_size > MAX_OVERLAY_BYTES:
-            raise OverlayError(f"{where}: larger than {MAX_OVERLAY_BYTES} bytes")
-        text = path.read_text(encoding="utf-8")
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise OverlayError(f"{where}: not YAML: {exc}") from None
-    data = _mapping(data, where)
+        text = read_text_file(source, MAX_OVERLAY_BYTES, "overlay file", OverlayError)
+    data = _mapping(_yaml_data(text, where), where)
     if data.get("format") != OVERLAY_FORMAT or data.get("version") != OVERLAY_VERSION:
         raise OverlayError(f"{where}: not a dynamics overlay (want format: {OVERLAY_FORMAT}, "
                            f"version: {OVERLAY_VERSION})")

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .checks import read_text_file
+
 __all__ = [
     "MAX_MAGNITUDE",
     "MAX_URDF_BYTES",
@@ -36,14 +38,16 @@ class URDFError(ValueError):
 
 def read_source(source: str | Path) -> str:
     """The description's text: ``source`` itself when it is XML (contains ``<``), else the file
-    it names. Raises ``URDFError`` for a missing file or one over ``MAX_URDF_BYTES``."""
+    it names. Raises ``URDFError`` for a missing file, one that is not a regular file or cannot
+    be read, or one over ``MAX_URDF_BYTES``."""
     if isinstance(source, Path) or "<" not in str(source):
         path = Path(source)
-        if not path.is_file():
+        if not path.exists():
             raise URDFError(f"URDF file {str(path)!r} does not exist")
-        if path.stat().st_size > MAX_URDF_BYTES:
-            raise URDFError(f"URDF file {str(path)!r} is larger than {MAX_URDF_BYTES} bytes")
-        return path.read_text(encoding="utf-8", errors="replace")
+        try:
+            return read_text_file(path, MAX_URDF_BYTES, "URDF file", URDFError)
+        except OSError as exc:
+            raise URDFError(f"URDF file {str(path)!r}: {exc.strerror or exc}") from None
     return str(source)
 
 

@@ -213,6 +213,22 @@ def freeze_long_lived() -> None:
     gc.freeze()
 
 
+# How many objects one ``del`` may free: freeing is one call into the interpreter that no other
+# thread can interrupt, and a point of a trajectory message is several objects.
+RELEASE_SLICE = 1000
+
+
+def release_gradually(items: list) -> None:
+    """Empty ``items`` (a message's list field, in place) a slice at a time.
+
+    Why: dropping a large message frees all its objects in one uninterruptible call, which holds
+    the interpreter for as long as that takes (a 100,000-point trajectory: tens of milliseconds)
+    while the control loop's thread waits; between slices the interpreter can switch threads.
+    """
+    while items:
+        del items[-RELEASE_SLICE:]
+
+
 def _exit_after(deadline: float, name: str) -> None:
     """Watchdog: the process exits ``deadline`` s after a stop was asked, whatever runs."""
     time.sleep(deadline)

@@ -39,6 +39,7 @@ from rb_dynamics.ros.conversions import (
     to_seconds,
     trajectory_points,
 )
+from rb_dynamics.ros.runtime import release_gradually
 
 from .control_loop import ControlLoop
 from .controller_messages import fill_controller_state, fill_feedback, new_controller_state
@@ -255,6 +256,7 @@ class TrajectoryAction:
             tracker = self._prepare(goal)
         except GoalError as exc:
             self.log.error(f"goal rejected (error_code {exc.code}): {exc}")
+            release_gradually(goal.trajectory.points)  # rclpy drops the request next
             return GoalResponse.REJECT
         self._prepared[id(goal)] = tracker  # the same request object comes to _on_accepted
         return GoalResponse.ACCEPT
@@ -309,7 +311,7 @@ class TrajectoryAction:
             return
         # rclpy keeps the request as long as the goal handle (to action_result_timeout after
         # the end); its points live on in the sampler's arrays: free their objects now
-        handle.request.trajectory.points = []
+        release_gradually(handle.request.trajectory.points)
         goal.handle = handle
         with self.loop.lock:
             if self.loop.controller is not goal.controller or self.lifecycle_state() != "active":

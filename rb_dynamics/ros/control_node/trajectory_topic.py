@@ -20,6 +20,7 @@ from trajectory_msgs.msg import JointTrajectory
 from rb_dynamics.control import MAX_TRAJECTORY_POINTS, ControllerError
 from rb_dynamics.model import Model
 from rb_dynamics.ros.conversions import ConversionError, to_seconds, trajectory_points
+from rb_dynamics.ros.runtime import release_gradually
 
 from .control_loop import ControlLoop
 
@@ -52,7 +53,10 @@ class TrajectoryTopic:
             self.loop.problem(f"trajectory: {len(data)} bytes, more than {MAX_TRAJECTORY_POINTS} "
                               "points can take; ignored unread", "trajectory")
             return
-        self._on_trajectory(deserialize_message(data, JointTrajectory))
+        msg = deserialize_message(data, JointTrajectory)
+        self._on_trajectory(msg)
+        if msg is not self._early:  # used (the sampler has its arrays) or refused
+            release_gradually(msg.points)
 
     def _start_early(self) -> None:
         msg, self._early = self._early, None

@@ -115,9 +115,9 @@ def _plan(args, say: Progress) -> int:
         plan_excitation,
         write_plan,
     )
-    from rb_dynamics.model import load_model
+    from rb_dynamics.model import load_model, read_source
 
-    urdf_text = Path(args.urdf).read_text(encoding="utf-8")
+    urdf_text = read_source(Path(args.urdf))
     model = load_model(urdf_text)
     layout = ParameterLayout(model, tuple(args.joints or ()))
     say(f"model: {layout.describe()}")
@@ -154,8 +154,9 @@ def _fit(args, say: Progress) -> int:
         read_plan,
         write_identification,
     )
+    from rb_dynamics.model import read_source
 
-    urdf_text = Path(args.urdf).read_text(encoding="utf-8")
+    urdf_text = read_source(Path(args.urdf))
     trajectory, _ = read_plan(args.plan)
     say(f"reading {args.bag}")
     recording = read_joint_states(args.bag, trajectory.joints, args.topic)
