@@ -175,7 +175,7 @@ def test_the_control_loop_keeps_answering_during_a_long_simulate_call(running):
     assert running.command_after(JOINTS, q) is not None, running.output()
     running.settle(commands)
     # the longest roll-out a request may ask (200,000 steps), with the law in every step:
-    # ~1.6 s of compiled RK4 on this machine
+    # seconds of work on the services' thread
     request = Simulate.Request(joint_names=JOINTS, positions=q.tolist(), duration=200.0,
                                time_step=0.001, integrator="rk4", output_decimation=1000,
                                torque_mode="computed_torque", kp=[100.0], kd=[20.0])
@@ -207,5 +207,7 @@ def test_the_control_loop_keeps_answering_during_a_long_simulate_call(running):
     # every 20 ms blocked; a loaded machine may supersede one or two states however it runs
     assert len(arrivals) >= sent - max(2, sent // 20)
     # a blocked loop leaves a gap as long as the call (> 0.3 s); the quiet gap is at least the
-    # stream's 20 ms period, so a few times it leaves room for a machine twice as slow
-    assert gaps.max() < 4.0 * baseline
+    # stream's 20 ms period, so a few times it (or 0.1 s over it, on a machine whose two
+    # cores the call, the loop and this process share) still tells the two apart
+    bound = max(4.0 * baseline, baseline + 0.1)
+    assert gaps.max() < bound, (gaps.max(), baseline)
