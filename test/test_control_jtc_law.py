@@ -6,6 +6,8 @@ with its clamp, anti-windup and resets, in the law and through ``JointController
 from __future__ import annotations
 
 import math
+import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -396,6 +398,72 @@ def test_a_new_trajectory_starts_from_the_measured_or_the_desired_state(from_des
     np.testing.assert_array_equal(start.efforts[0], desired_effort if from_desired
                                   else np.zeros(6))
     assert bool(start.has_effort[0]) is from_desired
+
+
+def test_a_trajectory_prepared_while_the_loop_computes_starts_from_the_desired_state():
+    """A node prepares a trajectory outside its control lock while its loop computes
+    efforts: an effort in flight must not make the healthy reference look broken (which
+    would start the trajectory from the measured state)."""
+    _, model = arm("ur5")
+    names, zeros = model.joint_names, np.zeros(6)
+    ctrl = JointController(model, mode="impedance", interpolate_from_desired_state=True,
+                           max_state_age=math.inf)
+    q_hold = np.full(6, 0.2)
+    ctrl.update_state(names, q_hold, zeros, 0.0)
+    ctrl.compute(0.0)  # holds q_hold
+    ctrl.update_state(names, q_hold + 0.03, zeros, 0.0)  # measured away from the hold
+    stop = threading.Event()
+
+    def control_loop():
+        while not stop.is_set():
+            ctrl.compute(0.0)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # the two threads interleave as often as they can
+    loop = threading.Thread(target=control_loop)
+    loop.start()
+    try:
+        starts = [ctrl.prepare_trajectory(names, [TrajectoryPoint(100.0, q_hold)], 0.0, 0.0)
+                  .positions[0] for _ in range(3000)]
+    finally:
+        stop.set()
+        loop.join()
+        sys.setswitchinterval(interval)
+    moved = sum(not np.array_equal(start, q_hold) for start in starts)
+    assert moved == 0, f"{moved} of {len(starts)} started from the measured state"
+
+
+def test_a_trajectory_prepared_while_the_node_ends_another_is_still_built():
+    """A goal that ends (the node sets the trajectory to None under its lock) while another
+    is being prepared outside it: the new one is built, from one of the two references."""
+    _, model = arm("ur5")
+    names, zeros = model.joint_names, np.zeros(6)
+    ctrl = JointController(model, mode="impedance", interpolate_from_desired_state=True,
+                           max_state_age=math.inf)
+    q_hold = np.full(6, 0.2)
+    ctrl.update_state(names, q_hold, zeros, 0.0)
+    ctrl.compute(0.0)  # holds q_hold
+    running = ctrl.prepare_trajectory(names, [TrajectoryPoint(100.0, q_hold + 1.0)], 0.0, 0.0)
+    stop = threading.Event()
+
+    def goals_starting_and_ending():
+        while not stop.is_set():
+            ctrl.trajectory = running
+            ctrl.trajectory = None
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    other = threading.Thread(target=goals_starting_and_ending)
+    other.start()
+    try:
+        starts = [ctrl.prepare_trajectory(names, [TrajectoryPoint(100.0, q_hold)], 0.0, 0.0)
+                  .positions[0] for _ in range(3000)]
+    finally:
+        stop.set()
+        other.join()
+        sys.setswitchinterval(interval)
+    for start in starts:  # at t = 0 the running trajectory is at q_hold too
+        np.testing.assert_array_equal(start, q_hold)
 
 
 def test_from_the_desired_state_a_broken_reference_restarts_from_the_measured_state():

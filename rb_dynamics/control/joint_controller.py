@@ -390,8 +390,9 @@ class JointController:
         q_start, v_start, start_efforts = self.q.copy(), self.v.copy(), None
         if self.interpolate_from_desired_state:
             q_start, v_start = q_hold, v_reference
-            if self.trajectory is not None:
-                start_efforts = self.trajectory.sample_effort(now)
+            following = self.trajectory  # read once (see reference)
+            if following is not None:
+                start_efforts = following.sample_effort(now)
         columns = [self.state_index[name] for name in names]
         try:
             sampler = TrajectorySampler(_over_the_model(points, columns, q_hold), start,
@@ -419,11 +420,15 @@ class JointController:
     # -- outputs -------------------------------------------------------------------
 
     def reference(self, now: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        if self.trajectory is not None:
-            return self.trajectory.sample(now)[:3]
-        if self.hold_position is None:
-            self.hold_position = self.q.copy()
-        return self.hold_position, self._zeros, self._zeros
+        # each read once: a node ends or replaces them under its lock, which a trajectory
+        # being prepared (prepare_trajectory) does not hold
+        trajectory = self.trajectory
+        if trajectory is not None:
+            return trajectory.sample(now)[:3]
+        hold = self.hold_position
+        if hold is None:
+            hold = self.hold_position = self.q.copy()
+        return hold, self._zeros, self._zeros
 
     def state_age(self, now: float) -> float:
         return now - self.state_time
@@ -446,18 +451,23 @@ class JointController:
         trajectory = self.trajectory
         feedforward = trajectory.sample_effort(reference_time) \
             if reference and trajectory is not None and trajectory.feeds_forward else None
-        self.healthy = False
-        with quiet:
-            try:
-                tau, error = law.effort(q, v, *reference, feedforward=feedforward, dt=dt)
-            except ValueError as exc:  # a non-finite commanded acceleration, say
-                raise ControllerError(f"the computed effort is not finite ({exc}): the state "
-                                      "or the reference is out of range; nothing published"
-                                      ) from None
-        if not math.isfinite(tau.sum()):
-            raise ControllerError("the computed effort is not finite: the state or the "
-                                  "reference is out of range; nothing published")
-        self.healthy = True
+        # healthy changes once the outcome is known, never while the effort is in flight: a
+        # node prepares trajectories on another thread and reads it (_continuation)
+        healthy = False
+        try:
+            with quiet:
+                try:
+                    tau, error = law.effort(q, v, *reference, feedforward=feedforward, dt=dt)
+                except ValueError as exc:  # a non-finite commanded acceleration, say
+                    raise ControllerError(f"the computed effort is not finite ({exc}): the "
+                                          "state or the reference is out of range; nothing "
+                                          "published") from None
+            if not math.isfinite(tau.sum()):
+                raise ControllerError("the computed effort is not finite: the state or the "
+                                      "reference is out of range; nothing published")
+            healthy = True
+        finally:
+            self.healthy = healthy
         return tau, self._zeros if error is None else error
 
     def _clamp(self, tau: np.ndarray, q: np.ndarray, v: np.ndarray
