@@ -390,8 +390,7 @@ class JointController:
         q_start, v_start, start_efforts = self.q.copy(), self.v.copy(), None
         if self.interpolate_from_desired_state:
             q_start, v_start = q_hold, v_reference
-            following = self.trajectory  # read once (see reference)
-            if following is not None:
+            if (following := self.trajectory) is not None:  # read once (see reference)
                 start_efforts = following.sample_effort(now)
         columns = [self.state_index[name] for name in names]
         try:
@@ -420,8 +419,7 @@ class JointController:
     # -- outputs -------------------------------------------------------------------
 
     def reference(self, now: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        # each read once: a node ends or replaces them under its lock, which a trajectory
-        # being prepared (prepare_trajectory) does not hold
+        # each read once: prepare_trajectory runs outside the lock the node changes them under
         trajectory = self.trajectory
         if trajectory is not None:
             return trajectory.sample(now)[:3]
@@ -451,23 +449,18 @@ class JointController:
         trajectory = self.trajectory
         feedforward = trajectory.sample_effort(reference_time) \
             if reference and trajectory is not None and trajectory.feeds_forward else None
-        # healthy changes once the outcome is known, never while the effort is in flight: a
-        # node prepares trajectories on another thread and reads it (_continuation)
-        healthy = False
-        try:
-            with quiet:
-                try:
-                    tau, error = law.effort(q, v, *reference, feedforward=feedforward, dt=dt)
-                except ValueError as exc:  # a non-finite commanded acceleration, say
-                    raise ControllerError(f"the computed effort is not finite ({exc}): the "
-                                          "state or the reference is out of range; nothing "
-                                          "published") from None
-            if not math.isfinite(tau.sum()):
-                raise ControllerError("the computed effort is not finite: the state or the "
-                                      "reference is out of range; nothing published")
-            healthy = True
-        finally:
-            self.healthy = healthy
+        with quiet:
+            try:
+                tau, error = law.effort(q, v, *reference, feedforward=feedforward, dt=dt)
+                cause = "" if math.isfinite(tau.sum()) else "not finite"
+            except ValueError as exc:  # a non-finite commanded acceleration, say
+                cause = f"not finite ({exc})"
+        # set once the outcome is known, never while the effort is in flight: a node prepares
+        # trajectories on another thread and reads it (_continuation)
+        self.healthy = not cause
+        if cause:
+            raise ControllerError(f"the computed effort is {cause}: the state or the reference "
+                                  "is out of range; nothing published")
         return tau, self._zeros if error is None else error
 
     def _clamp(self, tau: np.ndarray, q: np.ndarray, v: np.ndarray
