@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import signal
 import subprocess
 import sys
@@ -137,11 +138,11 @@ def test_plan_send_record_fit_on_the_simulated_arm(tmp_path):
     assert (out / "overlay.yaml").exists() and (out / "validation.png").exists()
 
 
-def _bag(path: Path, names, effort=True, n=400) -> Path:
+def _bag(path: Path, names, effort=True, n=400, position=0.0) -> Path:
     with JointStateBagWriter(path, storage="mcap") as writer:
         for k in range(n):
-            writer.write(1.0 + 1e-3 * k, names, np.zeros(len(names)), np.zeros(len(names)),
-                         np.zeros(len(names)) if effort else None)
+            writer.write(1.0 + 1e-3 * k, names, np.full(len(names), position),
+                         np.zeros(len(names)), np.zeros(len(names)) if effort else None)
     return path
 
 
@@ -158,10 +159,17 @@ def plan_json(tmp_path_factory) -> Path:
     ("no_effort", "carry no efforts"),
     ("too_short", "too short"),
     ("no_bag", "no such bag or folder"),
+    ("huge_positions", "is 1e+300 at t = 0.0000 s"),
+    ("truncated", "cannot read the bag"),
+    ("fifo", "not a regular file or a folder"),
+    ("fifo_in_the_bag", "not a regular file or a folder"),
+    ("device", "not a regular file or a folder"),
 ])
 def test_fit_refuses_bad_bags_naming_the_cause_and_writes_nothing(tmp_path, plan_json, case,
                                                                   expected, capsys):
-    """The command itself (its main, in this process): exit code 1, the cause on stderr."""
+    """The command itself (its main, in this process): exit code 1, the cause on stderr; a
+    device or a FIFO is refused before it is opened (it would be read without end, or wait
+    for a writer)."""
     joints = load_model(DEFAULT_URDF).actuated_joint_names
     bag = tmp_path / "bag"
     if case == "other_joints":
@@ -170,11 +178,56 @@ def test_fit_refuses_bad_bags_naming_the_cause_and_writes_nothing(tmp_path, plan
         _bag(bag, joints, effort=False)
     elif case == "too_short":
         _bag(bag, joints)
+    elif case == "huge_positions":
+        _bag(bag, joints, position=1e300)
+    elif case == "truncated":
+        data = next(_bag(bag, joints).glob("*.mcap"))
+        data.write_bytes(data.read_bytes()[:1000])
+    elif case == "fifo":
+        bag = tmp_path / "bag.mcap"
+        os.mkfifo(bag)
+    elif case == "fifo_in_the_bag":
+        data = next(_bag(bag, joints).glob("*.mcap"))
+        data.unlink()
+        os.mkfifo(data)
+    elif case == "device":
+        bag = Path("/dev/zero")
     out = tmp_path / "out"
     code = main(["fit", str(bag), "--urdf", str(DEFAULT_URDF), "--plan", str(plan_json),
                  "--out", str(out)])
     err = capsys.readouterr().err
     assert code == 1 and expected in err and not out.exists(), err
+
+
+@pytest.mark.parametrize("content, expected", [
+    ("fifo", "is not a regular file"),
+    ("device", "is not a regular file"),
+    ("a: &a [1, 1]\nb: [*a, *a]\n", "aliases (*a) are not taken"),
+    ("trajectory: " + "[" * 100_000 + "\n", "nested deeper"),
+])
+def test_plan_and_goal_files_that_are_no_plain_files_are_refused_at_once(tmp_path, plan_json,
+                                                                         content, expected,
+                                                                         capsys):
+    """``fit --plan`` and ``send`` read their file bounded: a device, a FIFO (which would wait
+    for a writer), YAML aliases or deep nesting give exit code 1 and the cause, at once."""
+    if content == "device":
+        path = Path("/dev/zero")
+    else:
+        path = tmp_path / "file"
+        if content == "fifo":
+            os.mkfifo(path)
+        else:
+            path.write_text(content)
+    bag = _bag(tmp_path / "bag", load_model(DEFAULT_URDF).actuated_joint_names)
+    commands = [["send", str(path), "--action", "/nowhere", "--timeout", "1"]]
+    if content in ("fifo", "device"):  # plan.json is JSON: aliases and nesting do not apply
+        commands.append(["fit", str(bag), "--urdf", str(DEFAULT_URDF), "--plan", str(path),
+                         "--out", str(tmp_path / "out")])
+    for command in commands:
+        assert main(command) == 1, command
+        err = capsys.readouterr().err
+        assert expected in err, (command, err)
+    assert not (tmp_path / "out").exists()
 
 
 def test_every_subcommand_has_help_and_usage_errors_exit_2(capsys):

@@ -34,17 +34,36 @@ def _typestore():
 
 def bag_folders(path: str | Path) -> list[Path]:
     """``path`` itself when it is a bag (a folder with ``metadata.yaml``, or a single .mcap or
-    .db3 file), else the bags directly inside it, sorted by name. ``RecordingError`` if none."""
+    .db3 file), else the bags directly inside it, sorted by name. ``RecordingError`` if none,
+    or for a bag that is (or holds) a device or a FIFO."""
     path = Path(path)
     if not path.exists():
         raise RecordingError(f"{path}: no such bag or folder")
-    if (path / "metadata.yaml").exists() or path.suffix in (".mcap", ".db3"):
-        return [path]
-    bags = sorted(p for p in path.iterdir()
+    _regular(path)
+    if path.is_file() or (path / "metadata.yaml").exists():
+        return [_regular_inside(path)]
+    bags = sorted(_regular_inside(p) for p in path.iterdir()
                   if (p / "metadata.yaml").exists() or p.suffix in (".mcap", ".db3"))
     if not bags:
         raise RecordingError(f"{path}: not a rosbag2 (no metadata.yaml) and holds no bags")
     return bags
+
+
+def _regular(path: Path) -> Path:
+    """``path`` when it is a folder or a regular file: a device would be read without end, a
+    FIFO would hold the reader until something writes to it."""
+    if not (path.is_dir() or path.is_file()):
+        raise RecordingError(f"{path}: not a regular file or a folder")
+    return path
+
+
+def _regular_inside(bag: Path) -> Path:
+    """``bag`` (a file, or a folder whose files are all regular ones)."""
+    _regular(bag)
+    if bag.is_dir():
+        for entry in bag.iterdir():
+            _regular(entry)
+    return bag
 
 
 def read_joint_states(path: str | Path, joints: Sequence[str],

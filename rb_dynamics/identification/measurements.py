@@ -4,8 +4,8 @@
 Whatever the source (a rosbag2 read by ``bags``, synthetic data from ``synthetic``), the fit
 sees the same thing: stamps (s, strictly increasing), and per identified joint positions and
 efforts (velocities when present). ``JointRecording.checked`` refuses what no fit can use with
-a ``RecordingError`` naming the cause: missing joints or efforts, NaN or inf, stamps that go
-back or repeat, too few samples.
+a ``RecordingError`` naming the cause: missing joints or efforts, NaN or inf (or values beyond
+``MAX_MAGNITUDE``, as in a URDF), stamps that go back or repeat, too few samples.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from rb_dynamics.model import MAX_MAGNITUDE
 
 __all__ = ["MIN_SAMPLES", "JointRecording", "RecordingError"]
 
@@ -55,13 +57,14 @@ class JointRecording:
             if values.shape != (len(stamps), n):
                 raise RecordingError(f"{source}: {name} has shape {values.shape}, want "
                                      f"({len(stamps)}, {n})")
-            bad = ~np.isfinite(values)
+            with np.errstate(invalid="ignore"):  # NaN compares False: counted as not finite
+                bad = ~(np.abs(values) <= MAX_MAGNITUDE)
             if bad.any():
                 k, j = np.argwhere(bad)[0]
                 raise RecordingError(
                     f"{source}: {name} of joint {joints[j]!r} is {values[k, j]} at "
                     f"t = {stamps[k] - stamps[0]:.4f} s ({int(bad.sum())} values are NaN or "
-                    "inf)")
+                    f"inf or beyond ±{MAX_MAGNITUDE:g})")
             checked[name] = values
         if len(stamps) < MIN_SAMPLES:
             raise RecordingError(f"{source}: only {len(stamps)} joint states; a fit needs "

@@ -18,12 +18,15 @@ from pathlib import Path
 
 import numpy as np
 
+from rb_dynamics.model import read_text_file
+
 from .excitation import ExcitationPlan
 from .fourier import FourierTrajectory
 
 __all__ = ["PLAN_FORMAT", "excitation_goal", "plan_report", "read_plan", "write_plan"]
 
 PLAN_FORMAT = "rb_dynamics/excitation_plan"
+MAX_PLAN_BYTES = 10_000_000  # 100 harmonics on 100 joints is under 1 MB
 
 
 def _duration(seconds: float) -> dict:
@@ -79,10 +82,10 @@ def write_plan(path: Path, plan: ExcitationPlan, periods: int, lead_in: float,
 
 def read_plan(path: str | Path) -> tuple[FourierTrajectory, dict]:
     """The trajectory of a ``plan.json`` and the whole file's content; ValueError naming the
-    file when it is not one."""
+    file when it is not one (or not a regular file, or over ``MAX_PLAN_BYTES``)."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_text_file(path, MAX_PLAN_BYTES, "plan file"))
         if data.get("format") != PLAN_FORMAT:
             raise ValueError(f"not an excitation plan (format {data.get('format')!r})")
         return FourierTrajectory.from_dict(data["fourier"]), data

@@ -14,6 +14,8 @@ from .checks import (
     finite_array,
     finite_vector,
     name_list,
+    plain_yaml,
+    read_text_file,
     repeated_names,
 )
 from .joints import (
@@ -135,6 +137,7 @@ __all__ = [
     "parse_number",
     "parse_numbers",
     "parse_xml",
+    "plain_yaml",
     "plux",
     "plux_inverse",
     "quat_to_matrix",
@@ -142,6 +145,7 @@ __all__ = [
     "read_ros2_control",
     "repeated_names",
     "read_source",
+    "read_text_file",
     "rotation_about_axis",
     "rpy_to_matrix",
     "skew",

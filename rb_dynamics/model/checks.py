@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Input checks shared by the engine: numbers of the right shape, all finite, positive where
 they must be, one of the allowed choices, files of a bounded size, or an error naming the
-argument.
+argument; files and YAML text read with bounds.
 
 Each check returns the value as the engine uses it and raises ``error`` (``ValueError`` or a
 subclass the caller chooses) otherwise; nothing is changed when a check fails.
@@ -15,11 +15,12 @@ import stat
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 __all__ = ["check_choice", "check_positive", "check_rotational_inertia", "finite_array",
-           "finite_vector", "name_list", "read_text_file", "repeated_names"]
+           "finite_vector", "name_list", "plain_yaml", "read_text_file", "repeated_names"]
 
 
 def finite_array(values, name: str, shape: tuple[int, ...] | None = None,
@@ -127,3 +128,31 @@ def read_text_file(path: str | Path, max_bytes: int, what: str,
     if len(data) > max_bytes:
         raise error(f"{what} {str(path)!r} is larger than {max_bytes} bytes")
     return data.decode("utf-8", errors="replace")
+
+
+def plain_yaml(text: str, where: str, max_depth: int,
+               error: type[ValueError] = ValueError) -> Any:
+    """``text`` read as YAML (libyaml's safe loader where PyYAML has it), after one pass over
+    its events refusing aliases (``*name``: a few lines of nested aliases stand for billions of
+    values, and reading them would hold the reader for minutes and fill its memory) and
+    nesting deeper than ``max_depth`` (the loader recurses once per level).
+
+    ``error`` naming ``where`` for an alias, deeper nesting or text that is not YAML.
+    """
+    import yaml  # a dependency of rclpy and of the identification extra; only here
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    depth = 0
+    try:
+        for event in yaml.parse(text, Loader=loader):
+            if isinstance(event, yaml.AliasEvent):
+                raise error(f"{where}: aliases (*{event.anchor}) are not taken")
+            if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+                depth += 1
+                if depth > max_depth:
+                    raise error(f"{where}: nested deeper than {max_depth} levels")
+            elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+                depth -= 1
+        return yaml.load(text, Loader=loader)  # noqa: S506 - a safe loader
+    except yaml.YAMLError as exc:
+        raise error(f"{where}: not YAML: {exc}") from None

@@ -51,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from .checks import read_text_file
+from .checks import plain_yaml, read_text_file
 from .tree import Model
 from .xml_reading import MAX_MAGNITUDE
 
@@ -153,32 +153,6 @@ def _joint_values(joint: str, values: Any, where: str) -> dict[str, float]:
     return out
 
 
-def _yaml_data(text: str, where: str) -> Any:
-    """``text`` read as YAML (libyaml's safe loader where PyYAML has it), after one pass over
-    its events refusing aliases (``*name``: a few lines of nested aliases stand for billions of
-    values, and reading them into arrays would hold the reader for minutes and fill its memory)
-    and nesting deeper than ``MAX_OVERLAY_DEPTH`` (the loader recurses once per level). An
-    overlay written by ``write_overlay`` has neither."""
-    import yaml  # a dependency of rclpy and of the identification extra; only here
-
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    depth = 0
-    try:
-        for event in yaml.parse(text, Loader=loader):
-            if isinstance(event, yaml.AliasEvent):
-                raise OverlayError(f"{where}: aliases (*{event.anchor}) are not taken in an "
-                                   "overlay")
-            if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
-                depth += 1
-                if depth > MAX_OVERLAY_DEPTH:
-                    raise OverlayError(f"{where}: nested deeper than {MAX_OVERLAY_DEPTH} levels")
-            elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
-                depth -= 1
-        return yaml.load(text, Loader=loader)  # noqa: S506 - a safe loader
-    except yaml.YAMLError as exc:
-        raise OverlayError(f"{where}: not YAML: {exc}") from None
-
-
 def read_overlay(source: str | Path) -> DynamicsOverlay:
     """An overlay from a YAML file (a path) or YAML text (a string holding a newline).
 
@@ -190,7 +164,7 @@ def read_overlay(source: str | Path) -> DynamicsOverlay:
         else (None, str(source))
     if text is None:
         text = read_text_file(source, MAX_OVERLAY_BYTES, "overlay file", OverlayError)
-    data = _mapping(_yaml_data(text, where), where)
+    data = _mapping(plain_yaml(text, where, MAX_OVERLAY_DEPTH, OverlayError), where)
     if data.get("format") != OVERLAY_FORMAT or data.get("version") != OVERLAY_VERSION:
         raise OverlayError(f"{where}: not a dynamics overlay (want format: {OVERLAY_FORMAT}, "
                            f"version: {OVERLAY_VERSION})")

@@ -13,9 +13,12 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from pathlib import Path
 
 from .cli import EXIT_INPUT, EXIT_OK, EXIT_ROS, Progress
+
+# a goal of 100,000 points on 10 joints (positions, velocities, accelerations) is
+# ~70 MB of YAML
+MAX_GOAL_FILE_BYTES = 200_000_000
 
 __all__ = ["record", "send"]
 
@@ -103,9 +106,11 @@ def _spin(node, stop: threading.Event) -> None:
 
 def send(args, say: Progress) -> int:
     """Send the goal in ``args.goal`` to ``args.action`` and wait for its result."""
-    import yaml
+    from rb_dynamics.model import plain_yaml, read_text_file
 
-    goal_data = yaml.safe_load(Path(args.goal).read_text(encoding="utf-8"))
+    # excitation.yaml is a goal (five levels of nesting); ValueError/OSError reach main
+    goal_data = plain_yaml(read_text_file(args.goal, MAX_GOAL_FILE_BYTES, "goal file"),
+                           str(args.goal), max_depth=8)
     import rclpy
     from control_msgs.action import FollowJointTrajectory
     from rclpy.action import ActionClient
