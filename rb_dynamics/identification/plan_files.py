@@ -47,7 +47,10 @@ def excitation_goal(trajectory: FourierTrajectory, periods: int, lead_in: float 
                "accelerations": _round(qdd[k]), "time_from_start": _duration(lead_in + t[k])}
               for k in range(len(t))]
     if hold > 0:
-        points.append(dict(points[-1], time_from_start=_duration(lead_in + t[-1] + hold)))
+        # copies, not the same lists: YAML would write those as aliases, which send refuses
+        points.append({key: list(value) if isinstance(value, list) else value
+                       for key, value in points[-1].items()}
+                      | {"time_from_start": _duration(lead_in + t[-1] + hold)})
     return {"trajectory": {"joint_names": list(trajectory.joints), "points": points}}
 
 
