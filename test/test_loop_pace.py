@@ -29,7 +29,7 @@ from ros_harness import control_node, fresh_name
 
 from rb_dynamics import DEFAULT_URDF
 from rb_dynamics.model import load_model
-from rb_dynamics.ros.runtime import FULL_PASS_EVERY, release_gradually
+from rb_dynamics.ros.runtime import collect_on_schedule, release_gradually
 
 JOINTS = load_model(DEFAULT_URDF).actuated_joint_names
 HELD = np.array([0.3, -1.0, 1.2, -0.6, 0.4, 0.2])
@@ -64,7 +64,7 @@ def _rclpy_conversion_hold(points: int) -> float:
     gc.collect()
     gc.freeze()
     thresholds = gc.get_threshold()
-    gc.set_threshold(thresholds[0], thresholds[1], FULL_PASS_EVERY)
+    collect_on_schedule()
     try:
         thread.start()
         time.sleep(0.05)
@@ -76,6 +76,32 @@ def _rclpy_conversion_hold(points: int) -> float:
         gc.set_threshold(*thresholds)
     release_gradually(taken.trajectory.points)
     return max(waits)
+
+
+def test_the_nodes_collector_makes_no_full_pass_while_rclpy_builds_a_large_goal():
+    """With the collector set as the nodes set it, rclpy's conversion of a 100,000-point goal
+    (~600,000 young objects, none garbage) triggers passes over the young generations only: a
+    full pass would walk them all holding the interpreter."""
+    goal = FollowJointTrajectory.Goal(trajectory=ramp_trajectory(JOINTS, list(HELD), 100_000))
+    data = serialize_message(goal)
+    del goal
+    passes: list[int] = []
+
+    def count(phase: str, info: dict) -> None:
+        if phase == "start":
+            passes.append(info["generation"])
+
+    thresholds = gc.get_threshold()
+    collect_on_schedule()
+    gc.callbacks.append(count)
+    try:
+        for _ in range(3):  # the collector's counters are where the last conversion left them
+            taken = deserialize_message(data, FollowJointTrajectory.Goal)
+            release_gradually(taken.trajectory.points)
+    finally:
+        gc.callbacks.remove(count)
+        gc.set_threshold(*thresholds)
+    assert passes and 2 not in passes, passes.count(2)
 
 
 def test_large_trajectories_leave_the_loop_at_its_pace(tmp_path):

@@ -191,12 +191,22 @@ class LatestOnlyWorker:
             self._work(*args)
 
 
-# The cyclic collector's full pass runs after this many passes of its middle generation (Python:
-# 10). rclpy builds a large message as hundreds of thousands of young objects, none of them
-# garbage, and every full pass meanwhile walks all of them holding the interpreter (a
-# 100,000-point goal triggered five, each longer than the last); the passes over the young
-# generations, which walk a bounded number of objects, still run as often.
-FULL_PASS_EVERY = 100
+# The cyclic collector's full passes run on the node's executor thread between callbacks, every
+# FULL_PASS_PERIOD s, and never because objects were allocated. Why: rclpy builds a large
+# message as hundreds of thousands of young objects, none of them garbage, and a full pass
+# triggered meanwhile walks all of them holding the interpreter while the control loop's thread
+# waits; between callbacks no message is alive (large ones are released, release_gradually).
+# The passes over the young generations, which walk a bounded number of objects, still run on
+# allocation.
+FULL_PASS_PERIOD = 10.0  # s
+_NO_FULL_PASS_ON_ALLOCATION = 1 << 30  # middle-generation passes before a full one: never
+
+
+def collect_on_schedule() -> None:
+    """Set the cyclic garbage collector as the nodes run it: no full pass on allocation
+    (``run_node`` runs one every ``FULL_PASS_PERIOD`` s between callbacks)."""
+    young, middle, _ = gc.get_threshold()
+    gc.set_threshold(young, middle, _NO_FULL_PASS_ON_ALLOCATION)
 
 
 def freeze_long_lived() -> None:
@@ -280,13 +290,16 @@ def run_node(factory: Callable[..., Node], args: list[str] | None = None,
     code = 0
     try:
         node = factory()
-        young, middle, _ = gc.get_threshold()
-        gc.set_threshold(young, middle, FULL_PASS_EVERY)
+        collect_on_schedule()
         freeze_long_lived()
         executor = SingleThreadedExecutor()
         executor.add_node(node)
+        full_pass_due = time.monotonic() + FULL_PASS_PERIOD
         while not stop["requested"] and rclpy.ok():
             executor.spin_once(timeout_sec=0.05)
+            if time.monotonic() >= full_pass_due:  # between callbacks: see FULL_PASS_PERIOD
+                gc.collect()
+                full_pass_due = time.monotonic() + FULL_PASS_PERIOD
     except (ValueError, RuntimeError, OSError) as exc:
         rclpy.logging.get_logger(label()).fatal(f"cannot run: {exc}")
         code = 1
