@@ -400,10 +400,11 @@ def test_a_new_trajectory_starts_from_the_measured_or_the_desired_state(from_des
     assert bool(start.has_effort[0]) is from_desired
 
 
-def test_a_trajectory_prepared_while_the_loop_computes_starts_from_the_desired_state():
-    """A node prepares a trajectory outside its control lock while its loop computes
-    efforts: an effort in flight must not make the healthy reference look broken (which
-    would start the trajectory from the measured state)."""
+def _held_and_prepared_meanwhile(meanwhile) -> tuple[np.ndarray, list[np.ndarray]]:
+    """ur5 in impedance holding q_hold (interpolate_from_desired_state) while measured 0.03 rad
+    away; ``meanwhile(ctrl, stop)`` runs on a second thread while this one prepares 3000
+    trajectories to q_hold, the threads interleaving as often as they can: (q_hold, their
+    first positions)."""
     _, model = arm("ur5")
     names, zeros = model.joint_names, np.zeros(6)
     ctrl = JointController(model, mode="impedance", interpolate_from_desired_state=True,
@@ -413,47 +414,9 @@ def test_a_trajectory_prepared_while_the_loop_computes_starts_from_the_desired_s
     ctrl.compute(0.0)  # holds q_hold
     ctrl.update_state(names, q_hold + 0.03, zeros, 0.0)  # measured away from the hold
     stop = threading.Event()
-
-    def control_loop():
-        while not stop.is_set():
-            ctrl.compute(0.0)
-
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # the two threads interleave as often as they can
-    loop = threading.Thread(target=control_loop)
-    loop.start()
-    try:
-        starts = [ctrl.prepare_trajectory(names, [TrajectoryPoint(100.0, q_hold)], 0.0, 0.0)
-                  .positions[0] for _ in range(3000)]
-    finally:
-        stop.set()
-        loop.join()
-        sys.setswitchinterval(interval)
-    moved = sum(not np.array_equal(start, q_hold) for start in starts)
-    assert moved == 0, f"{moved} of {len(starts)} started from the measured state"
-
-
-def test_a_trajectory_prepared_while_the_node_ends_another_is_still_built():
-    """A goal that ends (the node sets the trajectory to None under its lock) while another
-    is being prepared outside it: the new one is built, from one of the two references."""
-    _, model = arm("ur5")
-    names, zeros = model.joint_names, np.zeros(6)
-    ctrl = JointController(model, mode="impedance", interpolate_from_desired_state=True,
-                           max_state_age=math.inf)
-    q_hold = np.full(6, 0.2)
-    ctrl.update_state(names, q_hold, zeros, 0.0)
-    ctrl.compute(0.0)  # holds q_hold
-    running = ctrl.prepare_trajectory(names, [TrajectoryPoint(100.0, q_hold + 1.0)], 0.0, 0.0)
-    stop = threading.Event()
-
-    def goals_starting_and_ending():
-        while not stop.is_set():
-            ctrl.trajectory = running
-            ctrl.trajectory = None
-
     interval = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)
-    other = threading.Thread(target=goals_starting_and_ending)
+    other = threading.Thread(target=meanwhile, args=(ctrl, stop))
     other.start()
     try:
         starts = [ctrl.prepare_trajectory(names, [TrajectoryPoint(100.0, q_hold)], 0.0, 0.0)
@@ -462,7 +425,34 @@ def test_a_trajectory_prepared_while_the_node_ends_another_is_still_built():
         stop.set()
         other.join()
         sys.setswitchinterval(interval)
-    for start in starts:  # at t = 0 the running trajectory is at q_hold too
+    return q_hold, starts
+
+
+def test_a_trajectory_prepared_while_the_loop_computes_starts_from_the_desired_state():
+    """A node prepares a trajectory outside its control lock while its loop computes
+    efforts: an effort in flight must not make the healthy reference look broken (which
+    would start the trajectory from the measured state)."""
+    def control_loop(ctrl, stop):
+        while not stop.is_set():
+            ctrl.compute(0.0)
+
+    q_hold, starts = _held_and_prepared_meanwhile(control_loop)
+    moved = sum(not np.array_equal(start, q_hold) for start in starts)
+    assert moved == 0, f"{moved} of {len(starts)} started from the measured state"
+
+
+def test_a_trajectory_prepared_while_the_node_ends_another_is_still_built():
+    """A goal that ends (the node sets the trajectory to None under its lock) while another
+    is being prepared outside it: the new one is built, from one of the two references."""
+    def goals_starting_and_ending(ctrl, stop):
+        running = ctrl.prepare_trajectory(ctrl.joints, [TrajectoryPoint(100.0, ctrl.q + 1.0)],
+                                          0.0, 0.0)  # at t = 0 still at the hold
+        while not stop.is_set():
+            ctrl.trajectory = running
+            ctrl.trajectory = None
+
+    q_hold, starts = _held_and_prepared_meanwhile(goals_starting_and_ending)
+    for start in starts:
         np.testing.assert_array_equal(start, q_hold)
 
 
