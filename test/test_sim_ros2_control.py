@@ -65,7 +65,15 @@ class TopicHardware:
     their command interfaces; the joint_state_broadcaster publishes ``/joint_states`` from the
     state interfaces (stamped with the simulator's state); ``write()`` publishes the commands by
     name on ``joint_commands_topic`` with QoS(1), unless below the change threshold.
+
+    ``wait_for_answers(efforts)`` makes the loop wait, before each cycle, for the simulator's
+    state after the previous command and for the effort answering the previous broadcast (up to
+    ``MAX_CYCLE_WAIT``): the commands then lag the states by one cycle whatever the machine's
+    speed or load. A real controller manager does not wait; this test's figures are about the
+    protocol and the law, not about how fast this machine turns the loop round.
     """
+
+    MAX_CYCLE_WAIT = 0.5  # s (wall): past it the cycle runs anyway, as a real loop would
 
     def __init__(self, peer: Peer, xml: str, rate: float) -> None:
         self.system = read_ros2_control(xml)[0]
@@ -76,6 +84,9 @@ class TopicHardware:
         self.controllers: list[Callable[[TopicHardware], None]] = []
         self.cycles = self.sent = 0
         self.errors: list[str] = []
+        self._answers: list | None = None  # efforts waited for (None: the loop does not wait)
+        self._seen = (0, 0)  # states received, answers received, at the last cycle
+        self._waiting_since = math.inf
         params = self.system.parameters
         self.node.create_subscription(JointState, params["joint_states_topic"], self._on_state,
                                       qos_profile_sensor_data)
@@ -92,7 +103,28 @@ class TopicHardware:
     def sim_time(self) -> float:
         return stamp_of(self.latest) if self.latest is not None else math.nan
 
+    def wait_for_answers(self, efforts: list) -> None:
+        """From the next cycle on, each cycle waits for a new state and a new entry of
+        ``efforts`` (the answers to the broadcast states)."""
+        self._answers = efforts
+        self._seen = (len(self.received), len(efforts))
+
+    def _answered(self) -> bool:
+        """True when the cycle may run: not waiting, both news in, or waited too long."""
+        if self._answers is None:
+            return True
+        news = (len(self.received), len(self._answers))
+        now = time.monotonic()
+        if news[0] > self._seen[0] and news[1] > self._seen[1] \
+                or now - self._waiting_since > self.MAX_CYCLE_WAIT:
+            self._seen, self._waiting_since = news, math.inf
+            return True
+        self._waiting_since = min(self._waiting_since, now)
+        return False
+
     def _cycle(self) -> None:
+        if not self._answered():
+            return
         self.cycles += 1
         try:
             if self.latest is not None:
@@ -182,6 +214,7 @@ def _start_up_then_efforts(peer, hardware, efforts, trajectory_pub, pause, sim, 
     assert start_up[FINGER] == 0.02  # the block's initial_value
     # the effort controller becomes active: efforts from our control node, finger still NaN
     hardware.controllers.append(_effort_controller(efforts))
+    hardware.wait_for_answers(efforts)
     assert peer.call(pause, SetBool.Request(data=False)).success
     assert peer.wait_for(lambda: hardware.sim_time > 1.0, 30), sim.output()
     return hardware.emulator.states[(FINGER, "position")]
@@ -218,10 +251,10 @@ def _check_protocol_and_tracking(hardware, sim, start, duration, q0, amp, held_f
           f"final {report['arm_final']:.2e} rad; finger settled error max "
           f"{report['finger_settled']:.2e} m, final {report['finger_final']:.2e} m")
     assert abs(held_finger - 0.02) < 1e-4  # a position joint holds its initial value
-    # the emulated controller manager does not wait for our node: its commands lag the
-    # hardware's cycle by as many cycles as the machine is slow to answer (1e-3 to 2.5e-3 rad
-    # RMS on an idle machine); a tenth of the swing leaves room for one twice as slow, or busy
-    assert report["arm_rms"] < 0.1 * np.abs(amp).max() and report["arm_final"] < 1e-3, report
+    # the loop waits for our node's answer (TopicHardware.wait_for_answers): the commands lag
+    # the states by one cycle on any machine, idle or busy (1.0e-3 rad RMS, under a hundredth
+    # of the swing); a fiftieth of the swing is three times that
+    assert report["arm_rms"] < 0.02 * np.abs(amp).max() and report["arm_final"] < 1e-3, report
     assert report["finger_settled"] < 1e-4 and report["finger_final"] < 1e-5, report
 
 
