@@ -70,6 +70,8 @@ def test_an_overlay_round_trips_and_lands_on_the_named_joints(tmp_path):
     ("format: rb_dynamics/dynamics_overlay\nversion: 1\njoints: {elbow_joint: "
      "{coulomb: .nan}}\n", "coulomb nan is not a finite number"),
     ("format: rb_dynamics/dynamics_overlay\nversion: 1\njoints: {elbow_joint: "
+     "{stribeck: 1.0, stribeck_velocity: 1.0e-200}}\n", "stribeck_velocity 1e-200 is below 1e-06"),
+    ("format: rb_dynamics/dynamics_overlay\nversion: 1\njoints: {elbow_joint: "
      "{coulomb: fast}}\n", "coulomb must be a number"),
     ("format: rb_dynamics/dynamics_overlay\nversion: 1\njoints: {}\ncovariance: "
      "{parameters: [a, b], matrix: [[1]]}\n", "finite 2×2 matrix"),

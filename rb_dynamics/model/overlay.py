@@ -38,7 +38,8 @@ The file is YAML::
     provenance: {bag: ..., urdf: ..., created: ...}   # optional, free text
 
 Errors: ``OverlayError`` (a ``ValueError``) naming the file, joint and key: unknown keys or
-joints, negative or non-finite values, a covariance of the wrong shape.
+joints, negative or non-finite values, a Stribeck velocity in (0, 1e-6), a covariance of the
+wrong shape.
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ OVERLAY_KEYS = {
 _SIGNED = ("offset",)  # the one key that may be negative
 MAX_OVERLAY_BYTES = 10_000_000
 MAX_OVERLAY_DEPTH = 32  # levels of YAML nesting (an overlay has five)
+MIN_STRIBECK_VELOCITY = 1e-6  # rad/s or m/s; 0 is allowed: no Stribeck term
 
 
 class OverlayError(ValueError):
@@ -149,6 +151,10 @@ def _joint_values(joint: str, values: Any, where: str) -> dict[str, float]:
                                f"number within ±{MAX_MAGNITUDE:g}")
         if value < 0 and key not in _SIGNED:
             raise OverlayError(f"{where}: joint {joint!r}: {key} {value!r} is negative")
+        if key == "stribeck_velocity" and 0 < value < MIN_STRIBECK_VELOCITY:
+            # the friction law divides by v_s²: a tinier one overflows it to NaN at rest
+            raise OverlayError(f"{where}: joint {joint!r}: stribeck_velocity {value!r} is "
+                               f"below {MIN_STRIBECK_VELOCITY:g} (0: no Stribeck term)")
         out[key] = value
     return out
 
