@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 
 # DDS stays on loopback, on a random domain, logging inside build/. Jazzy and Kilted spell
 # loopback ROS_AUTOMATIC_DISCOVERY_RANGE (Humble's ROS_LOCALHOST_ONLY only earns them a
-# deprecation warning at every node start); rb_dynamics/ros_env.py picks per distribution.
+# deprecation warning at every node start); rb_dynamics/ros/environment.py picks per distribution.
 export ROS_AUTOMATIC_DISCOVERY_RANGE ?= LOCALHOST
 ifndef ROS_DOMAIN_ID
 ROS_DOMAIN_ID := $(shell echo $$(( 50 + $$(od -An -N2 -tu2 /dev/urandom) % 150 )))

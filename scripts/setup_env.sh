@@ -42,7 +42,7 @@ run_logged() {  # run_logged NAME CMD...: output to a log file, shown only on fa
 
 # DDS stays on this machine in everything this script (and what it starts) runs. Both wheel
 # sets (Jazzy, Kilted) know ROS_AUTOMATIC_DISCOVERY_RANGE; ROS_LOCALHOST_ONLY is Humble's spelling
-# and only earns a deprecation warning from them (rb_dynamics/ros_env.py picks per distribution).
+# and only earns a deprecation warning from them (rb_dynamics/ros/environment.py picks per distribution).
 export ROS_AUTOMATIC_DISCOVERY_RANGE=${ROS_AUTOMATIC_DISCOVERY_RANGE:-LOCALHOST}
 export ROS_DOMAIN_ID=${ROS_DOMAIN_ID:-$((50 + RANDOM % 150))}
 export ROS_LOG_DIR=${ROS_LOG_DIR:-$BUILD/ros_log}

@@ -4,7 +4,7 @@ and checks message fields as Humble does.
 
 A random ROS_DOMAIN_ID per pytest session keeps concurrent runs (and a developer's real robot
 on domain 0) apart; child processes inherit these variables. Loopback is spelled the way the
-installed distribution wants it (rb_dynamics.ros_env): Jazzy warns about Humble's spelling.
+installed distribution wants it (rb_dynamics.ros.environment): Jazzy warns about Humble's spelling.
 """
 
 import gc

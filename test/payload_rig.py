@@ -3,7 +3,7 @@
 docs/payload.md): a payload the control node is not told about, identification poses, the
 steady-state error (sag) at a held pose.
 
-As in rb_dynamics/main_job.py: the simulator steps once per command (lockstep) and publishes
+As in rb_dynamics/demo/main_job.py: the simulator steps once per command (lockstep) and publishes
 /clock; the control node runs on that clock (use_sim_time), in computed torque, holding the
 measured position until a trajectory comes, its efforts remapped to the simulator's commands.
 """

@@ -461,13 +461,13 @@ def refused_start(module: str, directory: Path, params: dict, *extra: str,
 
 def control_node(directory: Path, params: dict | Path | None = None, *extra: str,
                  **kwargs: Any) -> Session:
-    """The control node (rb_dynamics.node) under a name of its own."""
+    """The control node (rb_dynamics.ros.control_node) under a name of its own."""
     kwargs.setdefault("name", fresh_name("rb_dynamics"))
     return Session("rb_dynamics.ros.control_node", directory, params, *extra, **kwargs)
 
 
 def simulator(directory: Path, params: dict | Path | None = None, *extra: str,
               **kwargs: Any) -> Session:
-    """The topic simulator (rb_dynamics.sim_node) under a name of its own."""
+    """The topic simulator (rb_dynamics.ros.simulator_node) under a name of its own."""
     kwargs.setdefault("name", fresh_name("rb_simulator"))
     return Session("rb_dynamics.ros.simulator_node", directory, params, *extra, **kwargs)

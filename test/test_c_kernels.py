@@ -271,8 +271,8 @@ import json, logging, sys
 records = []
 handler = logging.Handler()
 handler.emit = lambda record: records.append(f"{record.levelname} {record.getMessage()}")
-logging.getLogger("rb_dynamics.kernels").addHandler(handler)
-logging.getLogger("rb_dynamics.kernels").setLevel(logging.DEBUG)
+logging.getLogger("rb_dynamics.dynamics.kernel_cache").addHandler(handler)
+logging.getLogger("rb_dynamics.dynamics.kernel_cache").setLevel(logging.DEBUG)
 if "no-trampoline" in sys.argv:
     sys.modules["rb_dynamics.dynamics._ckernels"] = None  # as if the extension was never built
 import numpy as np

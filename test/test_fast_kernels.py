@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Generated Python kernels (rb_dynamics.codegen) against the reference dynamics and Pinocchio.
+"""Generated Python kernels (rb_dynamics.dynamics.codegen) against the reference dynamics and
+Pinocchio.
 
 For ur5, panda (mimic finger), solo12 and talos (free-flyer roots) and the kitchen-sink URDF
 (continuous, prismatic, planar, floating, mimic, fixed joints, tilted gravity): 100 random

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Loopback discovery is spelled the way the installed distribution wants (rb_dynamics.ros_env):
-Jazzy and Kilted nodes start without rcl's "ROS_LOCALHOST_ONLY is deprecated" warning."""
+"""Loopback discovery is spelled the way the installed distribution wants
+(rb_dynamics.ros.environment): Jazzy and Kilted nodes start without rcl's "ROS_LOCALHOST_ONLY
+is deprecated" warning."""
 
 from __future__ import annotations
 

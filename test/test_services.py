@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The four dynamics services of ``rb_dynamics.services.DynamicsServices``, served by the control
-node in its own process and called from this process over loopback DDS.
+"""The four dynamics services of
+``rb_dynamics.ros.control_node.dynamics_services.DynamicsServices``, served by the control node
+in its own process and called from this process over loopback DDS.
 
 Numbers are checked against Pinocchio (names permuted, free-flyer blocks included) and the
 roll-outs against ``rb_dynamics.simulation.step`` run here on the same model.

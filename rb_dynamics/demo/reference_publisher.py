@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Publishes a smooth reference trajectory for the demo: each joint swings on a period of its
 own (less near its limits) about where the arm is, as a JointTrajectory with exact velocities
-and accelerations (rb_dynamics.main_job.reference).
+and accelerations (rb_dynamics.demo.main_job.reference).
 
 Parameters: robot_description / urdf_path (the robot), duration (s of motion, default 60).
 """

@@ -816,7 +816,7 @@ static PyMethodDef kernels_methods[] = {
 static PyTypeObject KernelsType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "rb_dynamics.dynamics._ckernels.Kernels",
-    .tp_doc = "Calls into one model's compiled kernels; built by rb_dynamics.kernel_cache.",
+    .tp_doc = "Calls into one model's compiled kernels; built by rb_dynamics.dynamics.kernel_cache.",
     .tp_basicsize = sizeof(KernelsObject),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
     .tp_new = PyType_GenericNew,

@@ -25,7 +25,6 @@ Kernels are generated only for models up to ``MAX_GENERATED_BODIES`` bodies (the
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import threading
@@ -65,7 +64,7 @@ MAX_GENERATED_BODIES = 100
 # a background build refuses kernels longer than this rather than stall a control loop
 MAX_PYTHON_KERNEL_CHARS = 100_000
 _CHUNK = 16384  # states per batched kernel call: a bounded working set for large batches
-_log = logging.getLogger("rb_dynamics.kernels")
+_log = kernel_cache.log
 
 
 class Dynamics(Protocol):
@@ -142,7 +141,7 @@ def _compile(sources: dict[str, str], namespace: dict, label: str) -> dict:
     out = {}
     for name, src in sources.items():
         ns = dict(namespace)
-        exec(compile(src, f"<rb_dynamics.codegen {label} {name}>", "exec"), ns)  # noqa: S102
+        exec(compile(src, f"<rb_dynamics.dynamics.codegen {label} {name}>", "exec"), ns)  # noqa: S102
         out[name] = ns[name]
     return out
 

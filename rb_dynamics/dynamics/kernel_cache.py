@@ -60,7 +60,7 @@ except ImportError as exc:  # built by setup.py (optional extension)
 
 __all__ = ["CompiledKernels", "KernelBuildError", "cache_dir"]
 
-log = logging.getLogger("rb_dynamics.kernels")
+log = logging.getLogger(__name__)  # the kernels' builds and their fallbacks
 
 KERNELS = ("rnea", "gravity", "nle", "crba", "aba", "momentum")  # _ckernels.Kernels' order
 _ARG_NAMES = {"rnea": ("q", "v", "a"), "aba": ("q", "v", "tau")}  # else the generator's
