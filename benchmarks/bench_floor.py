@@ -150,13 +150,16 @@ def closed_loop(mode: str, reference: bool, seconds: float) -> dict:
     from rclpy.executors import SingleThreadedExecutor
     from rclpy.qos import qos_profile_sensor_data
     from sensor_msgs.msg import JointState
+    from std_msgs.msg import Float64MultiArray
 
     from rb_dynamics import DEFAULT_URDF
 
     log_dir = Path(tempfile.mkdtemp(prefix="rb_floor_"))
     sim = _spawn("rb_dynamics.ros.simulator_node", "rb_simulator", {
         "urdf_path": str(DEFAULT_URDF), "publish_rate": 1000.0, "time_step": TIME_STEP,
-        "publish_clock": True, "lockstep": True, "lockstep_timeout": 5.0}, [], log_dir)
+        "publish_clock": True, "lockstep": True,
+        # no step without a command, however long the node takes to start
+        "lockstep_timeout": 1.0e6}, [], log_dir)
     processes = {"simulator": sim, "node": _spawn("rb_dynamics.ros.control_node", "rb_dynamics", {
         "urdf_path": str(DEFAULT_URDF), "mode": mode, "use_sim_time": True,
         "state_timeout": 0.5}, ["-r", "~/effort_commands:=/rb_simulator/commands"], log_dir)}
@@ -170,15 +173,20 @@ def closed_loop(mode: str, reference: bool, seconds: float) -> dict:
     executor = SingleThreadedExecutor(context=context)
     executor.add_node(node)
     stamps: list[float] = []
+    commands: list[float] = []
     node.create_subscription(JointState, "joint_states", lambda m: stamps.append(
         m.header.stamp.sec + 1e-9 * m.header.stamp.nanosec), qos_profile_sensor_data)
+    node.create_subscription(Float64MultiArray, "/rb_simulator/commands",
+                             lambda m: commands.append(time.monotonic()), qos_profile_sensor_data)
     try:
-        deadline = time.monotonic() + 60.0
-        while (len(stamps) < 2 or stamps[-1] - stamps[0] < 1.0) and time.monotonic() < deadline:
+        deadline = time.monotonic() + 120.0
+        # measured once the loop is closed (the node commands) and has run a simulated second
+        while (not commands or len(stamps) < 2 or stamps[-1] - stamps[0] < 1.0) \
+                and time.monotonic() < deadline:
             executor.spin_once(timeout_sec=0.05)
             if any(p.poll() is not None for p in processes.values()):
                 raise RuntimeError(f"a node exited: see {log_dir}")
-        if len(stamps) < 2:
+        if not commands or len(stamps) < 2:
             raise RuntimeError(f"the closed loop did not start: see {log_dir}")
         cpu0 = {name: _cpu_seconds(p.pid) for name, p in processes.items()}
         t0, sim0 = time.monotonic(), stamps[-1]
