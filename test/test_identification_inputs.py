@@ -65,6 +65,9 @@ def plan_json(tmp_path_factory) -> Path:
     (["--time-budget", "inf"], 2, "argument --time-budget: 'inf'"),
     (["--joints", "elbow_joint", "elbow_joint"], 1,
      "joints ['elbow_joint'] are named more than once"),
+    # 0.01 rad/s²: the joints barely move, the efforts are gravity's; a plan fit would refuse
+    (["--acceleration", "0.01", "--harmonics", "2"], 1,
+     "above the 10000 a fit accepts: nothing written"),
 ])
 def test_plan_refuses_options_out_of_range(tmp_path, options, code, expected, capsys):
     out = tmp_path / "plan"
@@ -345,3 +348,33 @@ def test_send_interrupted_cancels_the_goal_and_exits(tmp_path, stalling_server):
     assert sender.returncode == 4, stdout + stderr
     assert "interrupted; the goal was cancelled" in stdout and "Traceback" not in stderr
     assert server.stdout.readline().strip() == "cancelled"
+
+
+def test_record_reports_the_states_it_lost(tmp_path):
+    """A driver's stamps 1 ms apart with 100 states missing: the recording says so."""
+    from ros_harness import Peer
+    from sensor_msgs.msg import JointState
+
+    out = tmp_path / "bag"
+    proc = subprocess.Popen([*CLI, "record", "--out", str(out), "--topic", "/lossy_states",
+                             "--duration", "3"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    peer = Peer("lossy_driver")
+    try:
+        assert "waiting for /lossy_states" in _lines_until(proc, "waiting for", 120.0)
+        publisher = peer.node.create_publisher(JointState, "/lossy_states", 1000)
+        assert peer.wait_for(lambda: publisher.get_subscription_count() > 0, 60.0)
+        for k in [*range(100), *range(200, 300)]:
+            msg = JointState(name=list(JOINTS), position=[0.0] * len(JOINTS),
+                             effort=[1.0] * len(JOINTS))
+            msg.header.stamp.sec, msg.header.stamp.nanosec = 10, k * 1_000_000
+            publisher.publish(msg)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        peer.close()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stdout + stderr
+    assert "recorded 200 joint states" in stdout, stdout + stderr
+    assert ("100 states lost: 1 gap(s) in the header stamps, the longest 0.101 s after "
+            "t = 0.099 s (states every 1 ms)") in stdout, stdout

@@ -10,9 +10,12 @@ feedback now and then and the result.
 
 from __future__ import annotations
 
+import array
 import signal
 import threading
 import time
+
+import numpy as np
 
 from .cli import EXIT_INPUT, EXIT_OK, EXIT_ROS, Progress
 
@@ -20,7 +23,7 @@ from .cli import EXIT_INPUT, EXIT_OK, EXIT_ROS, Progress
 # accelerations) is ~5.5 MB of YAML: this bound takes 35 joints
 MAX_GOAL_FILE_BYTES = 20_000_000
 
-__all__ = ["goal_duration", "record", "send"]
+__all__ = ["goal_duration", "record", "send", "states_lost"]
 
 
 def record(args, say: Progress) -> int:
@@ -43,16 +46,20 @@ def record(args, say: Progress) -> int:
     queue: list[tuple[int, bytes]] = []
     lock = threading.Lock()
 
+    stamps = array.array("d")  # header stamps as received: the gaps say what was lost
+    dropped = [0]  # messages the middleware reports lost (the subscriber's queue overflowed)
+
     def on_state(msg: JointState) -> None:
         now = node.get_clock().now().nanoseconds
         with lock:
             queue.append((now, serialize_message(msg)))
+            stamps.append(msg.header.stamp.sec + 1e-9 * msg.header.stamp.nanosec)
         if not first:
             first.append(time.monotonic())
 
     qos = QoSProfile(depth=10000, reliability=ReliabilityPolicy.RELIABLE,
                      history=HistoryPolicy.KEEP_LAST)
-    node.create_subscription(JointState, args.topic, on_state, qos)
+    _subscribe_counting_losses(node, JointState, args.topic, on_state, qos, dropped)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     spinner = threading.Thread(target=_spin, args=(node, stop), daemon=True)
@@ -97,7 +104,56 @@ def record(args, say: Progress) -> int:
               "nothing recorded")
         return EXIT_ROS
     print(f"recorded {writer.count} joint states into {args.out}")
+    for line in states_lost(np.asarray(stamps), dropped[0]):
+        print(f"rb_dynamics_identify record: {line}")
     return EXIT_OK
+
+
+def states_lost(stamps: np.ndarray, dropped: int = 0) -> list[str]:
+    """What a recording lost: the gaps in its header stamps ``stamps`` (s, as received) longer
+    than 1.5 sample periods (the median step), as states lost and where; ``dropped`` messages
+    the middleware reported lost. No lines when nothing was."""
+    lines = []
+    steps = np.diff(stamps)
+    if len(steps) >= 2:
+        sample = float(np.median(steps))
+        gaps = np.flatnonzero(steps > 1.5 * sample) if sample > 0 else np.array([], int)
+        if len(gaps):
+            lost = int(np.sum(np.round(steps[gaps] / sample) - 1))
+            k = gaps[int(np.argmax(steps[gaps]))]
+            lines.append(f"{lost} states lost: {len(gaps)} gap(s) in the header stamps, the "
+                         f"longest {steps[k]:.3f} s after t = {stamps[k] - stamps[0]:.3f} s "
+                         f"(states every {sample * 1e3:.3g} ms)")
+        back = int(np.sum(steps <= 0))
+        if back:
+            lines.append(f"{back} header stamps repeat or go back")
+    if dropped:
+        lines.append(f"{dropped} messages lost by the middleware (the subscriber's queue "
+                     "overflowed)")
+    return lines
+
+
+def _subscribe_counting_losses(node, msg_type, topic: str, callback, qos,
+                               dropped: list[int]) -> None:
+    """Subscribe, adding the messages the middleware reports lost to ``dropped[0]`` where this
+    rclpy and middleware report them (the subscription without that count elsewhere)."""
+
+    def lost(status) -> None:
+        dropped[0] += status.total_count_change
+
+    try:
+        try:
+            from rclpy.event_handler import SubscriptionEventCallbacks, UnsupportedEventTypeError
+        except ImportError:  # Humble
+            from rclpy.qos_event import SubscriptionEventCallbacks, UnsupportedEventTypeError
+        events = SubscriptionEventCallbacks(message_lost=lost)
+    except (ImportError, TypeError):  # an rclpy without the message_lost event
+        node.create_subscription(msg_type, topic, callback, qos)
+        return
+    try:
+        node.create_subscription(msg_type, topic, callback, qos, event_callbacks=events)
+    except UnsupportedEventTypeError:
+        node.create_subscription(msg_type, topic, callback, qos)
 
 
 def _spin(node, stop: threading.Event) -> None:
