@@ -45,29 +45,36 @@ class Progress:
             print(f"[{time.monotonic() - self.start:6.1f} s] {line}", file=sys.stderr, flush=True)
 
 
-def _number(low: float, high: float = math.inf, *, integer: bool = False,
-            low_open: bool = False) -> Callable[[str], float]:
-    """An argparse type: a finite number in [low, high] ((low, high] when ``low_open``); the
-    usage error names the option and the value."""
+def _number(low: float, high: float | Callable[[], float] = math.inf, *,
+            integer: bool = False, low_open: bool = False) -> Callable[[str], float]:
+    """An argparse type: a finite number in [low, high] ((low, high] when ``low_open``;
+    ``high`` may be a function, called when a value is converted); the usage error names the
+    option and the value."""
 
     def convert(text: str) -> float:
+        high_value = high() if callable(high) else high
         try:
             value = int(text) if integer else float(text)
         except ValueError:
             kind = "an integer" if integer else "a number"
             raise argparse.ArgumentTypeError(f"{text!r} is not {kind}") from None
-        inside = (value > low if low_open else value >= low) and value <= high
+        inside = (value > low if low_open else value >= low) and value <= high_value
         if not (math.isfinite(value) and inside):
-            bounds = f"{'(' if low_open else '['}{low:g}, {high:g}]"
+            bounds = f"{'(' if low_open else '['}{low:g}, {high_value:g}]"
             raise argparse.ArgumentTypeError(f"{text!r} is outside {bounds}")
         return value
 
     return convert
 
 
+def _max_harmonics() -> int:
+    from rb_dynamics.identification import MAX_HARMONICS  # numpy and scipy: only when needed
+
+    return MAX_HARMONICS
+
+
 POSITIVE = _number(0.0, low_open=True)
-# the search samples CONDITION_SAMPLES (60) states per period: harmonics up to 29 are seen
-HARMONICS = _number(2, 29, integer=True)
+HARMONICS = _number(2, _max_harmonics, integer=True)
 # the fit averages MIN_FIT_PERIODS (2) periods and validates on one more
 PERIODS = _number(3, 10_000, integer=True)
 

@@ -3,9 +3,11 @@
 
 ``record`` subscribes to ``sensor_msgs/JointState`` (reliable, a deep queue: every state
 counts) and writes each message as received — serialised by rclpy, stamped with its receive
-time like ``ros2 bag record`` — into a new rosbag2 through ``rosbags``' writer. ``send`` reads
-the goal file ``plan`` wrote and sends it to a FollowJointTrajectory action server, printing
-feedback now and then and the result.
+time like ``ros2 bag record`` — into a new rosbag2 through ``rosbags``' writer, and reports the
+states lost (``states_lost``). ``send`` reads the goal file ``plan`` wrote (checked by
+``goal_duration`` before the server is asked for) and sends it to a FollowJointTrajectory
+action server, waiting for the result at most the goal's duration + ``--timeout``; SIGINT
+cancels the goal.
 """
 
 from __future__ import annotations
@@ -173,6 +175,10 @@ def send(args, say: Progress) -> int:
 
     # excitation.yaml is a goal (five levels of nesting); ValueError/OSError reach main. Its
     # size is refused before it is read, its shape before the server is asked for
+    if args.goal.is_file() and args.goal.stat().st_size > MAX_GOAL_FILE_BYTES:
+        raise ValueError(f"goal file {str(args.goal)!r} is larger than {MAX_GOAL_FILE_BYTES} "
+                         f"bytes ({args.goal.stat().st_size}; a plan's goal of 10,000 points "
+                         "on 10 joints is 5.5 MB)")
     goal_data = plain_yaml(read_text_file(args.goal, MAX_GOAL_FILE_BYTES, "goal file"),
                            str(args.goal), max_depth=8)
     duration = goal_duration(goal_data, str(args.goal))
