@@ -145,6 +145,36 @@ def test_a_rounded_half_pi_adds_no_spurious_base_parameter():
         assert base.count == 58
 
 
+def test_a_urdf_rounding_its_angles_to_4_digits_adds_no_base_parameter(tmp_path):
+    """The xArm7's URDF writes π/2 as 1.5708 (axes off by 3.7e-6 rad, a diagonal of 3.8e-6 in
+    the basis): 69 base parameters, not 70; its plan is well conditioned, and the same command
+    with the same seed writes the same files."""
+    text = Path(robots_dir(), "xarm_description/urdf/xarm7.urdf").read_text()
+    assert 'rpy="-1.5708 0 0"' in text
+    model = load_model(text)
+    counts = [base_parameters(ParameterLayout(model, (), terms)).count
+              for terms in ((), ("armature",), ALL_TERMS)]
+    assert counts == [43, 48, 69]  # as the same arm with π/2 exact
+    exact = load_model(text.replace("1.5708", repr(np.pi / 2)))
+    assert base_parameters(ParameterLayout(exact, (), ALL_TERMS)).count == 69
+    urdf = tmp_path / "xarm7.urdf"
+    urdf.write_text(text)
+    plans = []
+    for k in range(2):
+        out = tmp_path / f"plan{k}"
+        ran = subprocess.run([sys.executable, "-m", "rb_dynamics.ros.identification", "plan",
+                              "--urdf", str(urdf), "--out", str(out), "--period", "4",
+                              "--harmonics", "4", "--evaluations", "400", "--seed", "3"],
+                             capture_output=True, text=True, timeout=600)
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        assert "cut the search" not in ran.stderr
+        plans.append(out)
+    report = json.loads((plans[0] / "plan.json").read_text())["report"]
+    assert report["condition"] < 1e4 and not report["cut_by_time"]
+    for name in ("plan.json", "excitation.yaml"):
+        assert (plans[0] / name).read_bytes() == (plans[1] / name).read_bytes(), name
+
+
 def test_ideal_data_recovers_the_base_parameters(arm_plan):
     """Exact states, no noise, no delay: β to 1e-9 relative through the whole preprocessing."""
     _, model, base, plan = arm_plan

@@ -142,7 +142,7 @@ def _bag(path: Path, names, effort=True, n=400, position=0.0) -> Path:
     with JointStateBagWriter(path, storage="mcap") as writer:
         for k in range(n):
             writer.write(1.0 + 1e-3 * k, names, np.full(len(names), position),
-                         np.zeros(len(names)), np.zeros(len(names)) if effort else None)
+                         np.zeros(len(names)), np.ones(len(names)) if effort else None)
     return path
 
 

@@ -12,6 +12,7 @@ Needs ``rosbags`` (the identification extra).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -19,10 +20,18 @@ import numpy as np
 
 from .measurements import JointRecording, RecordingError
 from .optional import require
+from .regressor import available_memory
 
-__all__ = ["JOINT_STATE_TYPE", "JointStateBagWriter", "bag_folders", "read_joint_states"]
+__all__ = ["JOINT_STATE_TYPE", "MAX_METADATA_BYTES", "JointStateBagWriter", "bag_folders",
+           "read_joint_states", "state_capacity"]
 
 JOINT_STATE_TYPE = "sensor_msgs/msg/JointState"
+# a bag's metadata.yaml lists its files and topics: a few kB (a bag split into 10,000 files is
+# under 1 MB)
+MAX_METADATA_BYTES = 10_000_000
+# what the fit holds per joint state beyond the recording itself (resampled copies, periods,
+# filtered efforts): the number of states read is bounded by the memory available
+FIT_COPIES = 16
 
 
 def _typestore():
@@ -58,11 +67,16 @@ def _regular(path: Path) -> Path:
 
 
 def _regular_inside(bag: Path) -> Path:
-    """``bag`` (a file, or a folder whose files are all regular ones)."""
+    """``bag`` (a file, or a folder whose files are all regular ones, its ``metadata.yaml`` at
+    most ``MAX_METADATA_BYTES``: the reader loads it whole)."""
     _regular(bag)
     if bag.is_dir():
         for entry in bag.iterdir():
             _regular(entry)
+        metadata = bag / "metadata.yaml"
+        if metadata.is_file() and metadata.stat().st_size > MAX_METADATA_BYTES:
+            raise RecordingError(f"{metadata}: {metadata.stat().st_size} bytes; a bag's "
+                                 f"metadata is at most {MAX_METADATA_BYTES} bytes")
     return bag
 
 
@@ -71,22 +85,21 @@ def read_joint_states(path: str | Path, joints: Sequence[str],
     """The recording of ``joints`` on ``topic`` in the bag(s) at ``path``, ordered by header
     stamp; a message repeating the previous one (same stamp and positions) counts once.
     ``RecordingError`` naming the cause: no such topic, joints never published, no efforts,
-    NaN, stamps that go back or repeat with other positions, too few states."""
+    NaN, stamps that go back or repeat with other positions, too few states, more messages
+    than ``state_capacity`` (counted in the bags' metadata before anything is read)."""
     store = _typestore()
     from rosbags.highlevel import AnyReader
 
     joints = tuple(joints)
-    stamps, positions, velocities, efforts = [], [], [], []
-    seen_names: set[str] = set()
-    no_effort = no_velocity = 0
+    n = len(joints)
     source = str(path)
-    for bag in bag_folders(path):
-        try:
-            reader_cm = AnyReader([bag], default_typestore=store)
-            reader = reader_cm.__enter__()
-        except Exception as exc:  # rosbags raises its own errors per storage
-            raise RecordingError(f"{bag}: cannot read the bag: {exc}") from None
-        try:
+    with contextlib.ExitStack() as opened:
+        readers = []
+        for bag in bag_folders(path):
+            try:
+                reader = opened.enter_context(AnyReader([bag], default_typestore=store))
+            except Exception as exc:  # rosbags raises its own errors per storage
+                raise RecordingError(f"{bag}: cannot read the bag: {exc}") from None
             connections = [c for c in reader.connections if c.topic == topic]
             if not connections:
                 topics = sorted({c.topic for c in reader.connections})
@@ -94,47 +107,71 @@ def read_joint_states(path: str | Path, joints: Sequence[str],
             wrong = [c.msgtype for c in connections if c.msgtype != JOINT_STATE_TYPE]
             if wrong:
                 raise RecordingError(f"{bag}: {topic} carries {wrong[0]}, not {JOINT_STATE_TYPE}")
+            readers.append((bag, reader, connections))
+        # the arrays are made once, from the counts in the bags' metadata, before a message is
+        # read: what a fit holds is known, and bounded by the machine's memory
+        total = sum(c.msgcount for _, _, connections in readers for c in connections)
+        capacity = state_capacity(n)
+        if total > capacity:
+            raise RecordingError(
+                f"{source}: {total} messages on {topic}; this machine can fit at most "
+                f"{capacity} joint states of {n} joints ({available_memory() // 2 ** 20} MiB "
+                "available): fit a shorter recording (a few periods of the excitation)")
+        stamps = np.empty(total)
+        position, velocity, effort = (np.empty((total, n)) for _ in range(3))
+        rows = 0
+        seen_names: set[str] = set()
+        no_effort = no_velocity = no_position = 0
+        for bag, reader, connections in readers:
             for connection, _, raw in reader.messages(connections=connections):
                 msg = reader.deserialize(raw, connection.msgtype)
                 names = list(msg.name)
                 seen_names.update(names)
-                index = {n: k for k, n in enumerate(names)}
+                index = {name: k for k, name in enumerate(names)}
                 if any(j not in index for j in joints):
                     continue  # a message of other joints (a gripper's driver, say)
+                if rows == total:
+                    raise RecordingError(f"{bag}: holds more messages on {topic} than its "
+                                         f"metadata counts ({total})")
                 order = [index[j] for j in joints]
-                stamps.append(msg.header.stamp.sec + 1e-9 * msg.header.stamp.nanosec)
-                positions.append(_pick(msg.position, order, len(names)))
-                v, e = _pick(msg.velocity, order, len(names)), _pick(msg.effort, order, len(names))
-                no_velocity += v is None
-                no_effort += e is None
-                velocities.append(v)
-                efforts.append(e)
-        finally:
-            reader_cm.__exit__(None, None, None)
-    if not stamps:
+                stamps[rows] = msg.header.stamp.sec + 1e-9 * msg.header.stamp.nanosec
+                no_position += not _pick(msg.position, order, len(names), position[rows])
+                no_velocity += not _pick(msg.velocity, order, len(names), velocity[rows])
+                no_effort += not _pick(msg.effort, order, len(names), effort[rows])
+                rows += 1
+    if not rows:
         missing = [j for j in joints if j not in seen_names]
         raise RecordingError(f"{source}: no message on {topic} names all of {list(joints)}; "
                              f"never published: {missing} (published: {sorted(seen_names)})")
     if no_effort:
-        raise RecordingError(f"{source}: {no_effort} of {len(stamps)} joint states on {topic} "
+        raise RecordingError(f"{source}: {no_effort} of {rows} joint states on {topic} "
                              "carry no efforts (the driver must publish effort)")
-    if any(p is None for p in positions):
+    if no_position:
         raise RecordingError(f"{source}: joint states on {topic} without positions")
-    stamps, positions, efforts = np.array(stamps), np.array(positions), np.array(efforts)
-    velocity = None if no_velocity else np.array(velocities)
+    stamps, position, effort = stamps[:rows], position[:rows], effort[:rows]
     # a state published again (a driver or a lock-step simulator repeating its last state
     # while it waits, its effort sensor read anew) is one sample, the first; a repeated stamp
     # with other positions stays, and is refused
     repeat = np.r_[False, (np.diff(stamps) == 0)
-                   & np.all(positions[1:] == positions[:-1], axis=1)]
+                   & np.all(position[1:] == position[:-1], axis=1)]
     keep = ~repeat
-    return JointRecording.checked(joints, stamps[keep], positions[keep], efforts[keep],
-                                  None if velocity is None else velocity[keep], source=source)
+    return JointRecording.checked(joints, stamps[keep], position[keep], effort[keep],
+                                  None if no_velocity else velocity[:rows][keep], source=source)
 
 
-def _pick(values, order: list[int], n: int) -> np.ndarray | None:
+def state_capacity(joints: int) -> int:
+    """How many joint states of ``joints`` joints a fit can hold: the recording's arrays and
+    ``FIT_COPIES`` times as much for the fit, in half the memory available."""
+    return int(available_memory() // 2 // (8 * (1 + 3 * joints) * FIT_COPIES))
+
+
+def _pick(values, order: list[int], n: int, out: np.ndarray) -> bool:
+    """``values[order]`` into ``out`` when ``values`` has one entry per name (else False)."""
     values = np.asarray(values, dtype=float)
-    return values[order] if len(values) == n else None
+    if len(values) != n:
+        return False
+    out[:] = values[order]
+    return True
 
 
 class JointStateBagWriter:

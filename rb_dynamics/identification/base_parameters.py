@@ -10,11 +10,13 @@ independent; each remaining column is a combination of them, W_d = W_b K (least 
     W θ = W_b β,   β = θ_b + K θ_d   (the base parameters: ``BaseParameters.project``).
 
 Columns below ``ZERO_COLUMN`` of the largest are zeros with rounding and count as zero. The
-rank r counts the diagonal entries |R_kk| ≥ ``RANK_TOLERANCE`` · |R_00|. A URDF that
-writes π/2 as 1.57079632679 tilts its axes by ~1e-11 rad and leaves |R_kk| near 1e-10 on
-combinations that are exactly dependent in the robot it describes; a combination that truly
-exists but has a singular value below 1e-6 of the largest could not be told from noise with any
-effort sensor (it changes an effort by 1e-6 of its size), so the tolerance sits between them.
+rank r counts the diagonal entries |R_kk| ≥ ``RANK_TOLERANCE`` · |R_00|. URDFs round their
+angles: UR5's writes π/2 as 1.57079632679 (axes tilted ~1e-11 rad), the xArm7's as 1.5708
+(3.7e-6 rad), and a tilt of ε rad leaves |R_kk| ≈ ε · |R_00| on combinations that are exactly
+dependent in the robot the URDF describes (xArm7: 3.8e-6, a 70th parameter where there are
+69). The tolerance covers angles rounded to 1e-4 rad with a margin of ten; the directions that
+truly exist in the arms tested sit above 0.4 (a combination 1e-3 as strong as the largest
+changes an effort by less than a good sensor's noise, and no excitation could bring it out).
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ from .regressor import ParameterLayout
 
 __all__ = ["RANK_TOLERANCE", "ZERO_COLUMN", "BaseParameters", "base_parameters", "random_states"]
 
-RANK_TOLERANCE = 1e-6  # relative to the largest |R_kk| of the column-scaled regressor
+# relative to the largest |R_kk| of the column-scaled regressor: 10 × the 1e-4 rad of a
+# coarsely rounded angle
+RANK_TOLERANCE = 1e-3
 # A column this small relative to the largest is rounding of an exact zero (a body's m·c along
 # an axis through its joint, say): scaled to unit norm it would pass for a direction
 ZERO_COLUMN = 1e-10
@@ -104,9 +108,11 @@ class BaseParameters:
 def base_parameters(layout: ParameterLayout, *, seed: int = 0,
                     tolerance: float = RANK_TOLERANCE) -> BaseParameters:
     """The numerical basis of ``layout``'s base parameters from its regressor at random states
-    (a fixed seed: the same basis every time for the same model)."""
+    (a fixed seed: the same basis every time for the same model). ValueError for a model whose
+    regressors would not fit in memory (``ParameterLayout.check_regressor_size``)."""
     rng = np.random.default_rng(seed)
     n = max(60, int(np.ceil(4 * layout.n_parameters / layout.n_joints)))
+    layout.check_regressor_size(n, copies=4)  # Y, its scaled copy, Q and R of the QR
     W = layout.regressor(*random_states(layout, n, rng)).reshape(-1, layout.n_parameters)
     norms = np.linalg.norm(W, axis=0)
     norms[norms <= ZERO_COLUMN * norms.max()] = 0.0

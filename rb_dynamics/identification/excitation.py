@@ -26,9 +26,13 @@ import scipy.optimize
 from .base_parameters import BaseParameters
 from .fourier import FourierTrajectory
 
-__all__ = ["ExcitationPlan", "excitation_limits", "plan_excitation"]
+__all__ = ["DEFAULT_EVALUATIONS", "MAX_HARMONICS", "ExcitationPlan", "excitation_limits",
+           "plan_excitation"]
 
 CONDITION_SAMPLES = 60  # states per period in the search's regressor (×joints rows)
+MAX_HARMONICS = CONDITION_SAMPLES // 2 - 1  # the highest harmonic those samples see
+# the search's length in evaluations of the objective (~5 ms each for a 7-joint arm)
+DEFAULT_EVALUATIONS = 6000
 CHECK_SAMPLES = 2000  # states per period where the final limits are checked
 
 
@@ -83,6 +87,7 @@ class ExcitationPlan:
     limits: ExcitationLimits
     evaluations: int
     seconds: float
+    cut_by_time: bool = False  # the time budget ended the search before its evaluations
 
 
 class _Search:
@@ -150,19 +155,29 @@ def column_scaled_condition(base: BaseParameters, Y: np.ndarray) -> float:
 
 def plan_excitation(base: BaseParameters, *, period: float = 10.0, harmonics: int = 5,
                     margin: float = 0.1, acceleration: float | np.ndarray | None = None,
-                    seed: int = 0, starts: int = 4, time_budget: float = 35.0,
+                    seed: int = 0, starts: int = 4, evaluations: int = DEFAULT_EVALUATIONS,
+                    time_budget: float | None = None,
                     progress: Callable[[str], None] | None = None) -> ExcitationPlan:
     """The excitation of ``base``'s identified joints: one period of ``period`` s with
-    ``harmonics`` harmonics, optimised from ``starts`` random starts within ``time_budget``
-    seconds of search (then the best so far is kept). ``progress`` receives one line per
-    improvement. ValueError for limits it cannot plan within (``excitation_limits``)."""
-    if not (period > 0 and harmonics >= 2):
-        raise ValueError(f"period must be > 0 and harmonics ≥ 2, got {period}, {harmonics}")
+    ``harmonics`` harmonics (2 to ``MAX_HARMONICS``), optimised from ``starts`` random starts
+    within ``evaluations`` evaluations of the objective: the same plan for the same seed on
+    any machine. ``time_budget`` (s, None: none) bounds the search's wall time as well; a plan
+    it cut short says so (``ExcitationPlan.cut_by_time``) and depends on the machine's speed.
+    ``progress`` receives one line per improvement. ValueError for arguments out of range or
+    limits it cannot plan within (``excitation_limits``)."""
+    if not (period > 0 and 2 <= harmonics <= MAX_HARMONICS):
+        raise ValueError(f"period must be > 0 and harmonics in [2, {MAX_HARMONICS}] (the search "
+                         f"samples {CONDITION_SAMPLES} states per period), got {period}, "
+                         f"{harmonics}")
+    if not (starts >= 1 and evaluations >= 8 * starts):
+        raise ValueError(f"starts must be ≥ 1 and evaluations ≥ 8 × starts, got {starts}, "
+                         f"{evaluations}")
     limits = excitation_limits(base, margin, acceleration)
     search = _Search(base, limits, period, harmonics)
     rng = np.random.default_rng(seed)
     n = base.layout.n_joints
     start_time = time.monotonic()
+    deadline = math.inf if time_budget is None else start_time + time_budget
     best_x, best_cost = None, math.inf
 
     def note(x, cost):
@@ -175,38 +190,47 @@ def plan_excitation(base: BaseParameters, *, period: float = 10.0, harmonics: in
 
     # random starts: amplitudes decreasing with the harmonic, centred in the range
     candidates = []
-    for _ in range(max(starts * 8, 1)):
+    for _ in range(starts * 8):
         x = rng.standard_normal((n, 2 * harmonics - 1)) / np.r_[
             np.arange(1, harmonics), np.arange(1, harmonics), 1.0]
         x[:, -1] = 0.5 * (limits.lower + limits.upper) + rng.uniform(-0.2, 0.2, n) * (
             limits.upper - limits.lower)
         candidates.append((search.cost(x.ravel()), x.ravel()))
+        if time.monotonic() > deadline:
+            break
     candidates.sort(key=lambda c: c[0])
     for cost, x in candidates[:starts]:
         note(x, cost)
-    share = time_budget / max(starts, 1)
+    # each start's share of the evaluations left; an iteration that passes it ends that start
+    share = (evaluations - search.evaluations) // starts
     for _, x0 in candidates[:starts]:
-        stop = _stopper(note, min(time.monotonic() + share, start_time + time_budget))
+        stop = _stopper(note, search, search.evaluations + share, deadline)
         result = scipy.optimize.minimize(search.cost, x0, method="L-BFGS-B", callback=stop,
                                          options={"maxiter": 200, "eps": 1e-4})
         note(result.x, result.fun)
-        if time.monotonic() > start_time + time_budget:
+        if time.monotonic() > deadline:
             break
-    return _finish(search, best_x, time.monotonic() - start_time)
+    cut = time.monotonic() > deadline
+    if cut and progress:
+        progress(f"plan: the time budget ({time_budget:g} s) cut the search after "
+                 f"{search.evaluations} of {evaluations} evaluations: this plan depends on the "
+                 "machine's speed")
+    return _finish(search, best_x, time.monotonic() - start_time, cut)
 
 
-def _stopper(note, deadline: float):
-    """An optimiser callback that records each iterate and stops the search at ``deadline``."""
+def _stopper(note, search: _Search, evaluations: int, deadline: float):
+    """An optimiser callback that records each iterate and stops the search once ``search``
+    has made ``evaluations`` evaluations, or at ``deadline`` (monotonic)."""
 
     def stop(intermediate_result):  # scipy recognises the new-style callback by this name
         note(intermediate_result.x, intermediate_result.fun)
-        if time.monotonic() > deadline:
+        if search.evaluations >= evaluations or time.monotonic() > deadline:
             raise StopIteration
 
     return stop
 
 
-def _finish(search: _Search, x: np.ndarray, seconds: float) -> ExcitationPlan:
+def _finish(search: _Search, x: np.ndarray, seconds: float, cut: bool) -> ExcitationPlan:
     """The best trajectory, scaled down until its URDF efforts keep the limits on a fine grid."""
     traj = search.trajectory(x)
     theta, lim = search.theta, search.limits
@@ -224,4 +248,4 @@ def _finish(search: _Search, x: np.ndarray, seconds: float) -> ExcitationPlan:
         peak_position=np.stack([q.min(axis=0), q.max(axis=0)], axis=1),
         peak_velocity=np.abs(qd).max(axis=0), peak_acceleration=np.abs(qdd).max(axis=0),
         peak_effort=np.abs(Y @ theta).max(axis=0), limits=lim,
-        evaluations=search.evaluations, seconds=seconds)
+        evaluations=search.evaluations, seconds=seconds, cut_by_time=cut)

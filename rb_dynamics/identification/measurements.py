@@ -5,7 +5,8 @@ Whatever the source (a rosbag2 read by ``bags``, synthetic data from ``synthetic
 sees the same thing: stamps (s, strictly increasing), and per identified joint positions and
 efforts (velocities when present). ``JointRecording.checked`` refuses what no fit can use with
 a ``RecordingError`` naming the cause: missing joints or efforts, NaN or inf (or values beyond
-``MAX_MAGNITUDE``, as in a URDF), stamps that go back or repeat, too few samples.
+``MAX_MAGNITUDE``, as in a URDF), stamps that go back or repeat, too few samples, a joint whose
+efforts are all zero (a driver that fills the field without measuring).
 """
 
 from __future__ import annotations
@@ -79,6 +80,12 @@ class JointRecording:
                 f"{source}: stamps are not increasing: sample {k + 1} at "
                 f"{stamps[k + 1] - stamps[0]:.6f} s follows {stamps[k] - stamps[0]:.6f} s "
                 f"({int(np.sum(steps <= 0))} such steps; header stamps must increase)")
+        silent = [joints[j] for j in np.flatnonzero(np.all(checked["effort"] == 0, axis=0))]
+        if silent:
+            raise RecordingError(
+                f"{source}: the efforts of {silent} are zero in all {len(stamps)} joint states: "
+                "the driver publishes no measured effort for them (effort: 0 is a placeholder)"
+                "; record with a driver that reports the joints' efforts")
         return cls(joints, stamps, checked["position"], checked["effort"],
                    checked["velocity"], source)
 

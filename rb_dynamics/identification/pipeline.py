@@ -5,15 +5,19 @@
 with the plan and averaged over its periods → the base parameters by WLS (delay estimated) →
 the physically consistent set by SDP → the validation of both on the held-out period(s).
 ``write_identification`` puts the corrected URDF, the overlay, ``report.json`` and the plot
-into a folder. Nothing is written unless the whole fit succeeded.
+into a folder, all or nothing, never over an input. Nothing is written unless the whole fit
+succeeded; ``poor_fit`` says when its validation is too poor to use.
 """
 
 from __future__ import annotations
 
 import datetime
 import json
+import os
+import shutil
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,9 +42,19 @@ from .results import (
     plot_validation,
 )
 
-__all__ = ["Identification", "identify", "identification_report", "write_identification"]
+__all__ = ["MAX_VALIDATION_RATIO", "OUTPUTS", "Identification", "identification_report",
+           "identify", "poor_fit", "write_identification"]
 
 DEFAULT_TERMS = ("armature", "viscous", "coulomb", "offset")
+# the files a fit writes, by kind
+OUTPUTS = {"urdf": "identified.urdf", "overlay": "overlay.yaml", "report": "report.json",
+           "plot": "validation.png"}
+# a joint's held-out effort RMS over its noise σ above this: the model misses something the
+# arm does (a good fit is near 1; the closed-loop tests reach 1.0–1.5)
+MAX_VALIDATION_RATIO = 2.0
+# a delay given to the fit: efforts late by more than this share of the period are not a
+# sensor's delay but a recording of another motion
+MAX_DELAY_FRACTION = 0.05
 
 
 @dataclass(frozen=True, eq=False)
@@ -70,12 +84,22 @@ def identify(urdf_text: str, recording: JointRecording, plan: FourierTrajectory,
              progress: Callable[[str], None] | None = None) -> Identification:
     """Identify the robot of ``urdf_text`` from ``recording`` of the excitation ``plan``.
 
-    Raises ``RecordingError`` for a recording that does not hold the plan's motion (too short,
+    Raises ValueError for a ``cutoff`` below the plan's highest harmonic or above half the
+    recording's rate, or a ``delay`` beyond ``MAX_DELAY_FRACTION`` of the period;
+    ``RecordingError`` for a recording that does not hold the plan's motion (too short,
     not aligned), ``IdentificationError`` for data that cannot determine the parameters, and
     ``MissingDependency`` when the consistent set is asked for without cvxpy/clarabel.
     """
     say = progress or (lambda _: None)
     t0 = time.monotonic()
+    lowest, nyquist = plan.harmonics / plan.period, 0.5 * recording.rate
+    if not lowest <= cutoff < nyquist:
+        raise ValueError(f"cutoff {cutoff:g} Hz: it must keep the plan's highest harmonic "
+                         f"({lowest:g} Hz) and stay below half the recording's rate "
+                         f"({nyquist:g} Hz)")
+    if delay is not None and not abs(delay) <= MAX_DELAY_FRACTION * plan.period:
+        raise ValueError(f"delay {delay:g} s: at most {MAX_DELAY_FRACTION:g} of the "
+                         f"excitation's period ({MAX_DELAY_FRACTION * plan.period:g} s)")
     model = load_model(urdf_text)
     layout = ParameterLayout(model, tuple(plan.joints), terms)
     if tuple(recording.joints) != tuple(plan.joints):
@@ -143,23 +167,73 @@ def identification_report(ident: Identification, provenance: dict[str, str]) -> 
     return report
 
 
-def write_identification(ident: Identification, out: Path, provenance: dict[str, str]
-                         ) -> dict[str, Path]:
+def poor_fit(ident: Identification) -> str | None:
+    """Why the written model's validation is poor (a joint's held-out RMS over its noise σ
+    above ``MAX_VALIDATION_RATIO``), or None. The written model is the consistent set when there
+    is one, else the least-squares fit."""
+    validation = ident.consistent_validation or ident.validation
+    poor = np.flatnonzero(~(validation.ratio <= MAX_VALIDATION_RATIO))
+    if not len(poor):
+        return None
+    worst = ", ".join(f"{ident.layout.joints[j]} {validation.ratio[j]:.2f}" for j in poor)
+    return (f"the model does not explain the held-out period: validation RMS/σ above "
+            f"{MAX_VALIDATION_RATIO:g} for {worst} (the arm differs from the model: unmodelled "
+            "friction, a payload, a loose joint, or a recording that is not the plan's)")
+
+
+def write_identification(ident: Identification, out: Path, provenance: dict[str, str],
+                         inputs: Sequence[Path] = ()) -> dict[str, Path]:
     """Write ``identified.urdf``, ``overlay.yaml``, ``report.json`` and ``validation.png``
-    into ``out`` (created). Returns the paths by kind."""
-    out.mkdir(parents=True, exist_ok=True)
+    into ``out``, all or nothing: into a new folder beside ``out`` first, which then becomes
+    ``out`` (or whose files replace those of an existing ``out``). ValueError before anything
+    is written when ``check_outputs`` refuses ``out``. Returns the paths by kind."""
+    out = Path(out)
+    paths = check_outputs(out, inputs)
     provenance = dict(provenance, created=datetime.datetime.now(datetime.timezone.utc)
                       .isoformat(timespec="seconds"), tool=f"rb_dynamics {__version__}")
     theta = ident.theta if ident.theta is not None else ident.layout.parameters(ident.model)
-    paths = {"urdf": out / "identified.urdf", "overlay": out / "overlay.yaml",
-             "report": out / "report.json", "plot": out / "validation.png"}
-    paths["urdf"].write_text(corrected_urdf(ident.urdf_text, ident.layout, theta, ident.welded),
-                             encoding="utf-8")
-    write_overlay(identified_overlay(ident.layout, theta, ident.fit, provenance),
-                  paths["overlay"])
-    paths["report"].write_text(json.dumps(identification_report(ident, provenance), indent=1),
-                               encoding="utf-8")
-    plot_validation(ident.validation, ident.layout.joints, paths["plot"],
-                    ident.consistent_validation,
-                    title=f"{ident.layout.model.name}: a held-out period")
+    parent = out.absolute().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=parent))
+    try:
+        new = {kind: staging / name for kind, name in OUTPUTS.items()}
+        new["urdf"].write_text(corrected_urdf(ident.urdf_text, ident.layout, theta,
+                                              ident.welded), encoding="utf-8")
+        write_overlay(identified_overlay(ident.layout, theta, ident.fit, provenance),
+                      new["overlay"])
+        new["report"].write_text(json.dumps(identification_report(ident, provenance),
+                                            indent=1), encoding="utf-8")
+        plot_validation(ident.validation, ident.layout.joints, new["plot"],
+                        ident.consistent_validation,
+                        title=f"{ident.layout.model.name}: a held-out period")
+        if out.exists():
+            for kind, path in paths.items():
+                os.replace(new[kind], path)
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            staging.chmod(0o777 & ~umask)  # mkdtemp's folder is the owner's only
+            staging.rename(out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return paths
+
+
+def check_outputs(out: Path, inputs: Sequence[Path] = ()) -> dict[str, Path]:
+    """The paths ``write_identification`` writes into ``out``, by kind; ValueError when it
+    could not: ``out`` is not a folder, an output's name there is a folder, or an output would
+    replace one of ``inputs`` (files, or the files inside folders such as a bag)."""
+    paths = {kind: out / name for kind, name in OUTPUTS.items()}
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out}: exists and is not a folder")
+    folders = [str(path) for path in paths.values() if path.is_dir()]
+    if folders:
+        raise ValueError(f"{folders[0]} is a folder: the results need its name")
+    existing = [path for path in paths.values() if path.exists()]
+    for given in map(Path, inputs) if existing else ():
+        files = [f for f in given.rglob("*") if f.is_file()] if given.is_dir() else [given]
+        for path in existing:
+            if any(f.exists() and os.path.samefile(path, f) for f in files):
+                raise ValueError(f"--out {out}: {path.name} would replace the input {given}; "
+                                 "write the results into another folder")
     return paths

@@ -28,6 +28,7 @@ from .measurements import JointRecording, RecordingError
 
 __all__ = [
     "LOCAL_WINDOW",
+    "MAX_HOLE_SAMPLES",
     "OUTLIER_SIGMAS",
     "LocalMotion",
     "PeriodicData",
@@ -41,6 +42,9 @@ OUTLIER_SIGMAS = 5.0
 LOCAL_WINDOW = 0.05  # s: the Savitzky–Golay window of the held-out periods' derivatives
 SCALE_WINDOW = 0.2  # s of phases over which the noise scale of the outlier test is averaged
 MIN_FIT_PERIODS = 2  # the noise comes from their spread
+# states lost in a row inside the excitation that interpolation may bridge (a late sample, a
+# jittery clock); a longer hole is data that was never recorded
+MAX_HOLE_SAMPLES = 5
 
 
 @dataclass(frozen=True, eq=False)
@@ -167,6 +171,7 @@ def periodic_data(recording: JointRecording, period: float, start: float, period
             f"({MIN_FIT_PERIODS} to average and estimate the noise, {held_out} to validate)")
     skip = settle if periods >= MIN_FIT_PERIODS + held_out + settle else 0
     start, periods = start + skip * period, periods - skip
+    _check_holes(recording, start, start + periods * period)
     M = int(round(period * recording.rate))
     harmonics = max(20, int(np.ceil(bandwidth * period)))
     phase = np.arange(M) * (period / M)
@@ -195,6 +200,24 @@ def periodic_data(recording: JointRecording, period: float, start: float, period
                      local_motion(recording, start + k * period, start + (k + 1) * period)))
     return PeriodicData(phase, *motion, effort, noise, periods - held_out, held,
                         int((~keep).sum()), start)
+
+
+def _check_holes(recording: JointRecording, start: float, end: float) -> None:
+    """A ``RecordingError`` naming the longest hole in the stamps between ``start`` and ``end``
+    (s after the first stamp) longer than ``MAX_HOLE_SAMPLES`` sample periods."""
+    t = recording.stamps - recording.stamps[0]
+    inside = t[max(int(np.searchsorted(t, start)) - 1, 0):int(np.searchsorted(t, end)) + 1]
+    steps = np.diff(inside)
+    sample = 1.0 / recording.rate
+    holes = np.flatnonzero(steps > MAX_HOLE_SAMPLES * sample)
+    if len(holes):
+        k = holes[int(np.argmax(steps[holes]))]
+        raise RecordingError(
+            f"{recording.source}: {len(holes)} hole(s) in the recorded excitation "
+            f"({start:.3f}–{end:.3f} s); the longest, {steps[k]:.3f} s (about "
+            f"{round(steps[k] / sample) - 1} states at {recording.rate:.0f} Hz), after "
+            f"t = {inside[k]:.3f} s: states were lost while recording (more than "
+            f"{MAX_HOLE_SAMPLES} in a row are not interpolated); record again")
 
 
 def _local_scale(deviation: np.ndarray, rate: float) -> np.ndarray:

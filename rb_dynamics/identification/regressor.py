@@ -22,6 +22,8 @@ payload carried there would.
 
 from __future__ import annotations
 
+import os
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -32,13 +34,31 @@ from rb_dynamics.model import COULOMB_SMOOTHING, Model
 
 __all__ = [
     "JOINT_TERMS",
+    "MAX_REGRESSOR_BYTES",
     "ParameterLayout",
+    "available_memory",
     "body_parameters",
     "spatial_inertia_from_parameters",
 ]
 
 # the joint terms in their column order; each may be switched on or off in a layout
 JOINT_TERMS = ("armature", "viscous", "coulomb", "stribeck", "offset")
+# The most memory an identification's regressors may take (a 7-joint arm's base-parameter
+# basis takes ~2 MB, its fit ~70 MB); at most half of what the machine has available
+MAX_REGRESSOR_BYTES = 2 * 1024 ** 3
+_CHECKED_FROM = 64 * 1024 ** 2  # smaller regressors are not checked against the machine
+
+
+def available_memory() -> int:
+    """Bytes of memory the machine can give without swapping (MemAvailable; else free pages)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 def body_parameters(inertia: np.ndarray) -> np.ndarray:
@@ -84,6 +104,10 @@ class ParameterLayout:
             raise ValueError("identification needs a fixed-base model of revolute and prismatic "
                              "joints")
         joints = tuple(self.joints) or tuple(model.actuated_joint_names)
+        repeated = sorted(j for j, count in Counter(joints).items() if count > 1)
+        if repeated:
+            raise ValueError(f"joints {repeated} are named more than once; name each "
+                             "identified joint once")
         object.__setattr__(self, "joints", joints)
         object.__setattr__(self, "v_index", model.velocity_indices(list(joints)))
         unknown = [t for t in self.terms if t not in JOINT_TERMS]
@@ -159,10 +183,30 @@ class ParameterLayout:
 
     # ------------------------------------------------------------------ the regressor
 
+    def check_regressor_size(self, states: int, copies: int = 1) -> None:
+        """ValueError, before anything is allocated, when ``copies`` regressors at ``states``
+        states would take more than ``MAX_REGRESSOR_BYTES`` or half the available memory; the
+        message gives the sizes."""
+        need = 8 * states * self.n_joints * self.n_parameters * copies
+        if need <= _CHECKED_FROM:
+            return
+        limit = min(MAX_REGRESSOR_BYTES, available_memory() // 2)
+        if need > limit:
+            raise ValueError(
+                f"{self.model.name}: too large to identify: "
+                + (f"{copies} copies of " if copies > 1 else "")
+                + f"a regressor of {states} states × {self.n_joints} joints × "
+                f"{self.n_parameters} parameters take "
+                f"{need / 1024 ** 3:.1f} GiB, more than the {limit / 1024 ** 3:.1f} GiB "
+                "allowed (at most 2 GiB, half the memory available); identify fewer joints "
+                "(--joints) or a smaller model")
+
     def regressor(self, q, v, a) -> np.ndarray:
         """Y, (N, n_joints, n_parameters): the identified joints' efforts are Y θ, gravity
         included, at the states (identified joints' positions, velocities, accelerations,
-        (N, n_joints) each; the locked joints at rest)."""
+        (N, n_joints) each; the locked joints at rest). ValueError when Y would not fit
+        (``check_regressor_size``)."""
+        self.check_regressor_size(len(np.atleast_2d(q)))
         Q, V, A = self.full_state(q, v, a)
         model = self.model
         Y = np.zeros((len(Q), self.n_joints, self.n_parameters))

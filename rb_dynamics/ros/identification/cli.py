@@ -20,9 +20,11 @@ rejected or failed, nothing recorded).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 EXIT_OK, EXIT_INPUT, EXIT_USAGE, EXIT_MISSING, EXIT_ROS = 0, 1, 2, 3, 4
@@ -43,6 +45,40 @@ class Progress:
             print(f"[{time.monotonic() - self.start:6.1f} s] {line}", file=sys.stderr, flush=True)
 
 
+def _number(low: float, high: float | Callable[[], float] = math.inf, *,
+            integer: bool = False, low_open: bool = False) -> Callable[[str], float]:
+    """An argparse type: a finite number in [low, high] ((low, high] when ``low_open``;
+    ``high`` may be a function, called when a value is converted); the usage error names the
+    option and the value."""
+
+    def convert(text: str) -> float:
+        high_value = high() if callable(high) else high
+        try:
+            value = int(text) if integer else float(text)
+        except ValueError:
+            kind = "an integer" if integer else "a number"
+            raise argparse.ArgumentTypeError(f"{text!r} is not {kind}") from None
+        inside = (value > low if low_open else value >= low) and value <= high_value
+        if not (math.isfinite(value) and inside):
+            bounds = f"{'(' if low_open else '['}{low:g}, {high_value:g}]"
+            raise argparse.ArgumentTypeError(f"{text!r} is outside {bounds}")
+        return value
+
+    return convert
+
+
+def _max_harmonics() -> int:
+    from rb_dynamics.identification import MAX_HARMONICS  # numpy and scipy: only when needed
+
+    return MAX_HARMONICS
+
+
+POSITIVE = _number(0.0, low_open=True)
+HARMONICS = _number(2, _max_harmonics, integer=True)
+# the fit averages MIN_FIT_PERIODS (2) periods and validates on one more
+PERIODS = _number(3, 10_000, integer=True)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rb_dynamics_identify",
@@ -58,16 +94,24 @@ def _parser() -> argparse.ArgumentParser:
                       "plan.json")
     plan.add_argument("--joints", nargs="+", help="joints to excite (default: every 1-DoF "
                       "joint; name them on a robot with a gripper)")
-    plan.add_argument("--period", type=float, default=10.0, help="base period, s (10)")
-    plan.add_argument("--harmonics", type=int, default=5, help="harmonics per joint (5)")
-    plan.add_argument("--periods", type=int, default=5, help="periods in the goal (5: four "
-                      "to fit, one to validate)")
-    plan.add_argument("--lead-in", type=float, default=5.0, help="s to reach the start (5)")
-    plan.add_argument("--margin", type=float, default=0.1, help="fraction kept off every "
-                      "limit (0.1)")
-    plan.add_argument("--acceleration", type=float, help="acceleration bound, rad/s² "
+    plan.add_argument("--period", type=POSITIVE, default=10.0, help="base period, s (10)")
+    plan.add_argument("--harmonics", type=HARMONICS, default=5, help="harmonics per joint "
+                      "(5; 2 to 29)")
+    plan.add_argument("--periods", type=PERIODS, default=5, help="periods in the goal (5: "
+                      "four to fit, one to validate; at least 3, and the goal at most "
+                      "10,000 points of 50 ms)")
+    plan.add_argument("--lead-in", type=POSITIVE, default=5.0, help="s to reach the start (5)")
+    plan.add_argument("--margin", type=_number(0.0, 0.49), default=0.1, help="fraction kept "
+                      "off every limit (0.1)")
+    plan.add_argument("--acceleration", type=POSITIVE, help="acceleration bound, rad/s² "
                       "(default: twice each joint's velocity limit per second)")
-    plan.add_argument("--time-budget", type=float, default=35.0, help="s of search (35)")
+    plan.add_argument("--evaluations", type=_number(32, 10_000_000, integer=True),
+                      default=6000, help="length of the search, in evaluations of the "
+                      "objective (6000, ~35 s for a 7-joint arm): the same plan for the same "
+                      "--seed on any machine")
+    plan.add_argument("--time-budget", type=POSITIVE, default=600.0, help="s of search at "
+                      "most (600); a search it cuts short says so, and its plan depends on "
+                      "the machine's speed")
     plan.add_argument("--seed", type=int, default=0)
     _common(plan)
 
@@ -81,23 +125,28 @@ def _parser() -> argparse.ArgumentParser:
     fit.add_argument("--stribeck", action="store_true", help="also fit Stribeck friction")
     fit.add_argument("--no-consistent", action="store_true", help="skip the consistent "
                      "(SDP) parameter set")
-    fit.add_argument("--delay", type=float, help="the effort delay, s (default: estimated)")
-    fit.add_argument("--cutoff", type=float, default=10.0, help="low-pass, Hz (10)")
+    fit.add_argument("--delay", type=_number(-1.0, 1.0), help="the effort delay, s "
+                     "(default: estimated)")
+    fit.add_argument("--accept-poor-fit", action="store_true", help="write the results even "
+                     "when a joint's validation RMS/σ is above 2")
+    fit.add_argument("--cutoff", type=POSITIVE, default=10.0, help="low-pass, Hz (10; below "
+                     "half the recording's rate)")
     _common(fit)
 
     send = sub.add_parser("send", help="send excitation.yaml to a FollowJointTrajectory server")
     send.add_argument("goal", type=Path, help="excitation.yaml from `plan`")
     send.add_argument("--action", default="/rb_dynamics/follow_joint_trajectory")
-    send.add_argument("--timeout", type=float, default=10.0, help="s to wait for the server")
+    send.add_argument("--timeout", type=POSITIVE, default=10.0, help="s to wait for the "
+                      "server, and for the result beyond the goal's duration (10)")
     _common(send)
 
     record = sub.add_parser("record", help="record joint states into a rosbag2")
     record.add_argument("--out", required=True, type=Path, help="the new bag's folder")
     record.add_argument("--topic", default="/joint_states")
     record.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap")
-    record.add_argument("--duration", type=float, help="s to record after the first message "
-                        "(default: until Ctrl-C)")
-    record.add_argument("--wait", type=float, default=30.0, help="s to wait for a first "
+    record.add_argument("--duration", type=POSITIVE, help="s to record after the first "
+                        "message (default: until Ctrl-C)")
+    record.add_argument("--wait", type=POSITIVE, default=30.0, help="s to wait for a first "
                         "message (30)")
     _common(record)
     return parser
@@ -108,24 +157,42 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def _plan(args, say: Progress) -> int:
+    from rb_dynamics.control import MAX_TRAJECTORY_POINTS
     from rb_dynamics.identification import (
+        GOAL_STEP,
+        MAX_CONDITION_FIT,
         ParameterLayout,
         base_parameters,
         excitation_goal,
+        goal_points,
+        model_fingerprint,
         plan_excitation,
         write_plan,
     )
     from rb_dynamics.model import load_model, read_source
 
+    points = goal_points(args.periods, args.period)
+    if points > MAX_TRAJECTORY_POINTS:
+        raise ValueError(f"--periods {args.periods} × --period {args.period:g} s is a goal of "
+                         f"{points} points (one per {GOAL_STEP * 1e3:g} ms); a controller takes "
+                         f"at most {MAX_TRAJECTORY_POINTS}")
     urdf_text = read_source(Path(args.urdf))
     model = load_model(urdf_text)
     layout = ParameterLayout(model, tuple(args.joints or ()))
     say(f"model: {layout.describe()}")
     base = base_parameters(layout)
-    say(f"base parameters: {base.count}; searching ({args.time_budget:g} s budget)")
+    say(f"base parameters: {base.count}; searching ({args.evaluations} evaluations, at most "
+        f"{args.time_budget:g} s)")
     plan = plan_excitation(base, period=args.period, harmonics=args.harmonics,
                            margin=args.margin, acceleration=args.acceleration, seed=args.seed,
-                           time_budget=args.time_budget, progress=say)
+                           evaluations=args.evaluations, time_budget=args.time_budget,
+                           progress=say)
+    say(f"search: {plan.evaluations} evaluations in {plan.seconds:.1f} s")
+    if not plan.condition <= MAX_CONDITION_FIT:
+        raise ValueError(f"the best excitation found leaves the base parameters' condition "
+                         f"number at {plan.condition:.3g}, above the {MAX_CONDITION_FIT:g} a fit "
+                         "accepts: nothing written (more --harmonics, a longer --period or "
+                         "--time-budget, or fewer --joints)")
     import yaml
 
     args.out.mkdir(parents=True, exist_ok=True)
@@ -133,7 +200,7 @@ def _plan(args, say: Progress) -> int:
     (args.out / "excitation.yaml").write_text(yaml.safe_dump(goal, sort_keys=False,
                                                              default_flow_style=None))
     write_plan(args.out / "plan.json", plan, args.periods, args.lead_in,
-               str(Path(args.urdf).resolve()))
+               str(Path(args.urdf).resolve()), model_fingerprint(model))
     print(f"condition number {plan.condition:.1f}; trajectory {args.lead_in:g} s lead-in + "
           f"{args.periods} × {args.period:g} s")
     print(f"{'joint':24s} {'|q̇| max/bound':>15s} {'|q̈| max/bound':>15s} "
@@ -149,15 +216,21 @@ def _plan(args, say: Progress) -> int:
 
 def _fit(args, say: Progress) -> int:
     from rb_dynamics.identification import (
+        check_outputs,
+        check_plan_model,
         identify,
+        poor_fit,
         read_joint_states,
         read_plan,
         write_identification,
     )
-    from rb_dynamics.model import read_source
+    from rb_dynamics.model import load_model, read_source
 
     urdf_text = read_source(Path(args.urdf))
-    trajectory, _ = read_plan(args.plan)
+    trajectory, plan_data = read_plan(args.plan)
+    check_plan_model(plan_data, load_model(urdf_text), args.urdf)
+    inputs = (args.bag, Path(args.urdf), args.plan)
+    check_outputs(args.out, inputs)  # at once, not after the fit
     say(f"reading {args.bag}")
     recording = read_joint_states(args.bag, trajectory.joints, args.topic)
     say(f"{len(recording.stamps)} joint states over {recording.duration:.1f} s "
@@ -166,9 +239,6 @@ def _fit(args, say: Progress) -> int:
         ("armature", "viscous", "coulomb", "offset")
     ident = identify(urdf_text, recording, trajectory, terms=terms, cutoff=args.cutoff,
                      delay=args.delay, consistent=not args.no_consistent, progress=say)
-    paths = write_identification(ident, args.out, {
-        "bag": str(args.bag.resolve()), "urdf": str(Path(args.urdf).resolve()),
-        "plan": str(args.plan.resolve())})
     v = ident.validation
     c = ident.consistent_validation
     print(f"base parameters {ident.base.count}, condition {ident.fit.condition:.1f}, delay "
@@ -179,6 +249,16 @@ def _fit(args, say: Progress) -> int:
     for j, name in enumerate(ident.layout.joints):
         print(f"{name:24s} {ident.fit.noise[j]:9.4f} {v.rms[j]:9.4f} {v.ratio[j]:7.3f}"
               + (f" {c.ratio[j]:17.3f}" if c is not None else ""))
+    poor = poor_fit(ident)
+    if poor is not None and not args.accept_poor_fit:
+        print(f"rb_dynamics_identify fit: {poor}; nothing written (--accept-poor-fit writes "
+              "anyway)", file=sys.stderr)
+        return EXIT_INPUT
+    paths = write_identification(ident, args.out, {
+        "bag": str(args.bag.resolve()), "urdf": str(Path(args.urdf).resolve()),
+        "plan": str(args.plan.resolve())}, inputs=inputs)
+    if poor is not None:
+        say(f"written as asked (--accept-poor-fit), although {poor}")
     for kind, path in paths.items():
         print(f"{kind}: {path}")
     return EXIT_OK

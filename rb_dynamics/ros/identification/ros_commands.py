@@ -3,24 +3,29 @@
 
 ``record`` subscribes to ``sensor_msgs/JointState`` (reliable, a deep queue: every state
 counts) and writes each message as received — serialised by rclpy, stamped with its receive
-time like ``ros2 bag record`` — into a new rosbag2 through ``rosbags``' writer. ``send`` reads
-the goal file ``plan`` wrote and sends it to a FollowJointTrajectory action server, printing
-feedback now and then and the result.
+time like ``ros2 bag record`` — into a new rosbag2 through ``rosbags``' writer, and reports the
+states lost (``states_lost``). ``send`` reads the goal file ``plan`` wrote (checked by
+``goal_duration`` before the server is asked for) and sends it to a FollowJointTrajectory
+action server, waiting for the result at most the goal's duration + ``--timeout``; SIGINT
+cancels the goal.
 """
 
 from __future__ import annotations
 
+import array
 import signal
 import threading
 import time
 
+import numpy as np
+
 from .cli import EXIT_INPUT, EXIT_OK, EXIT_ROS, Progress
 
-# a goal of 100,000 points on 10 joints (positions, velocities, accelerations) is
-# ~70 MB of YAML
-MAX_GOAL_FILE_BYTES = 200_000_000
+# a goal of MAX_TRAJECTORY_POINTS (10,000) points on 10 joints (positions, velocities,
+# accelerations) is ~5.5 MB of YAML: this bound takes 35 joints
+MAX_GOAL_FILE_BYTES = 20_000_000
 
-__all__ = ["record", "send"]
+__all__ = ["goal_duration", "record", "send", "states_lost"]
 
 
 def record(args, say: Progress) -> int:
@@ -43,20 +48,25 @@ def record(args, say: Progress) -> int:
     queue: list[tuple[int, bytes]] = []
     lock = threading.Lock()
 
+    stamps = array.array("d")  # header stamps as received: the gaps say what was lost
+    dropped = [0]  # messages the middleware reports lost (the subscriber's queue overflowed)
+
     def on_state(msg: JointState) -> None:
         now = node.get_clock().now().nanoseconds
         with lock:
             queue.append((now, serialize_message(msg)))
+            stamps.append(msg.header.stamp.sec + 1e-9 * msg.header.stamp.nanosec)
         if not first:
             first.append(time.monotonic())
 
     qos = QoSProfile(depth=10000, reliability=ReliabilityPolicy.RELIABLE,
                      history=HistoryPolicy.KEEP_LAST)
-    node.create_subscription(JointState, args.topic, on_state, qos)
+    _subscribe_counting_losses(node, JointState, args.topic, on_state, qos, dropped)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     spinner = threading.Thread(target=_spin, args=(node, stop), daemon=True)
     spinner.start()
+    say(f"waiting for {args.topic} (Ctrl-C stops)")
     writer = None
     started = time.monotonic()
     last_note = started
@@ -91,8 +101,61 @@ def record(args, say: Progress) -> int:
             writer.close()
         node.destroy_node()
         rclpy.try_shutdown()
+    if writer is None:  # stopped before the first message: no bag was begun
+        print(f"rb_dynamics_identify record: stopped before any message on {args.topic}; "
+              "nothing recorded")
+        return EXIT_ROS
     print(f"recorded {writer.count} joint states into {args.out}")
+    for line in states_lost(np.asarray(stamps), dropped[0]):
+        print(f"rb_dynamics_identify record: {line}")
     return EXIT_OK
+
+
+def states_lost(stamps: np.ndarray, dropped: int = 0) -> list[str]:
+    """What a recording lost: the gaps in its header stamps ``stamps`` (s, as received) longer
+    than 1.5 sample periods (the median step), as states lost and where; ``dropped`` messages
+    the middleware reported lost. No lines when nothing was."""
+    lines = []
+    steps = np.diff(stamps)
+    if len(steps) >= 2:
+        sample = float(np.median(steps))
+        gaps = np.flatnonzero(steps > 1.5 * sample) if sample > 0 else np.array([], int)
+        if len(gaps):
+            lost = int(np.sum(np.round(steps[gaps] / sample) - 1))
+            k = gaps[int(np.argmax(steps[gaps]))]
+            lines.append(f"{lost} states lost: {len(gaps)} gap(s) in the header stamps, the "
+                         f"longest {steps[k]:.3f} s after t = {stamps[k] - stamps[0]:.3f} s "
+                         f"(states every {sample * 1e3:.3g} ms)")
+        back = int(np.sum(steps <= 0))
+        if back:
+            lines.append(f"{back} header stamps repeat or go back")
+    if dropped:
+        lines.append(f"{dropped} messages lost by the middleware (the subscriber's queue "
+                     "overflowed)")
+    return lines
+
+
+def _subscribe_counting_losses(node, msg_type, topic: str, callback, qos,
+                               dropped: list[int]) -> None:
+    """Subscribe, adding the messages the middleware reports lost to ``dropped[0]`` where this
+    rclpy and middleware report them (the subscription without that count elsewhere)."""
+
+    def lost(status) -> None:
+        dropped[0] += status.total_count_change
+
+    try:
+        try:
+            from rclpy.event_handler import SubscriptionEventCallbacks, UnsupportedEventTypeError
+        except ImportError:  # Humble
+            from rclpy.qos_event import SubscriptionEventCallbacks, UnsupportedEventTypeError
+        events = SubscriptionEventCallbacks(message_lost=lost)
+    except (ImportError, TypeError):  # an rclpy without the message_lost event
+        node.create_subscription(msg_type, topic, callback, qos)
+        return
+    try:
+        node.create_subscription(msg_type, topic, callback, qos, event_callbacks=events)
+    except UnsupportedEventTypeError:
+        node.create_subscription(msg_type, topic, callback, qos)
 
 
 def _spin(node, stop: threading.Event) -> None:
@@ -105,48 +168,115 @@ def _spin(node, stop: threading.Event) -> None:
 
 
 def send(args, say: Progress) -> int:
-    """Send the goal in ``args.goal`` to ``args.action`` and wait for its result."""
+    """Send the goal in ``args.goal`` to ``args.action`` and wait for its result: at most the
+    goal's duration + ``args.timeout`` after it was accepted (a server that dies mid-goal never
+    answers); SIGINT/SIGTERM cancel the goal and end the command (exit 4)."""
     from rb_dynamics.model import plain_yaml, read_text_file
 
-    # excitation.yaml is a goal (five levels of nesting); ValueError/OSError reach main
+    # excitation.yaml is a goal (five levels of nesting); ValueError/OSError reach main. Its
+    # size is refused before it is read, its shape before the server is asked for
+    if args.goal.is_file() and args.goal.stat().st_size > MAX_GOAL_FILE_BYTES:
+        raise ValueError(f"goal file {str(args.goal)!r} is larger than {MAX_GOAL_FILE_BYTES} "
+                         f"bytes ({args.goal.stat().st_size}; a plan's goal of 10,000 points "
+                         "on 10 joints is 5.5 MB)")
     goal_data = plain_yaml(read_text_file(args.goal, MAX_GOAL_FILE_BYTES, "goal file"),
                            str(args.goal), max_depth=8)
+    duration = goal_duration(goal_data, str(args.goal))
     import rclpy
     from control_msgs.action import FollowJointTrajectory
     from rclpy.action import ActionClient
     from rosidl_runtime_py.set_message import set_message_fields
 
-    goal = FollowJointTrajectory.Goal()
-    try:
-        set_message_fields(goal, goal_data)
-    except (AttributeError, TypeError, ValueError) as exc:
-        print(f"rb_dynamics_identify send: {args.goal} is not a FollowJointTrajectory goal: "
-              f"{exc}")
-        return EXIT_INPUT
     rclpy.init()
     node = rclpy.create_node("rb_dynamics_identify_send")
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    handle = None
     try:
         client = ActionClient(node, FollowJointTrajectory, args.action)
         if not client.wait_for_server(timeout_sec=args.timeout):
             print(f"rb_dynamics_identify send: no action server {args.action} in "
                   f"{args.timeout:g} s")
             return EXIT_ROS
-        points = goal.trajectory.points
-        end = points[-1].time_from_start
-        say(f"sending {len(points)} points ({end.sec + end.nanosec * 1e-9:.1f} s) to "
+        goal = FollowJointTrajectory.Goal()
+        try:
+            set_message_fields(goal, goal_data)
+        except (AttributeError, TypeError, ValueError) as exc:
+            print(f"rb_dynamics_identify send: {args.goal} is not a FollowJointTrajectory "
+                  f"goal: {exc}")
+            return EXIT_INPUT
+        say(f"sending {len(goal.trajectory.points)} points ({duration:.1f} s) to "
             f"{args.action}")
         future = client.send_goal_async(goal)
-        rclpy.spin_until_future_complete(node, future)
+        if not _spin_until(node, future, time.monotonic() + args.timeout, stop):
+            print(f"rb_dynamics_identify send: {args.action} did not answer the goal in "
+                  f"{args.timeout:g} s" + (" (interrupted)" if stop.is_set() else ""))
+            return EXIT_ROS
         handle = future.result()
         if handle is None or not handle.accepted:
             print(f"rb_dynamics_identify send: the goal was rejected by {args.action}")
             return EXIT_ROS
         result_future = handle.get_result_async()
-        while not result_future.done():
-            rclpy.spin_once(node, timeout_sec=1.0)
+        if not _spin_until(node, result_future, time.monotonic() + duration + args.timeout,
+                           stop):
+            _cancel(node, handle)
+            if stop.is_set():
+                print("rb_dynamics_identify send: interrupted; the goal was cancelled")
+            else:
+                print(f"rb_dynamics_identify send: no result from {args.action} "
+                      f"{args.timeout:g} s (--timeout) after the goal's {duration:.1f} s: "
+                      "the server stopped answering")
+            return EXIT_ROS
         result = result_future.result().result
         print(f"result: error_code {result.error_code} {result.error_string!r}")
         return EXIT_OK if result.error_code == 0 else EXIT_ROS
     finally:
         node.destroy_node()
         rclpy.try_shutdown()
+
+
+def goal_duration(data, where: str) -> float:
+    """The duration (s) of the FollowJointTrajectory goal ``data`` (plain data), checked for
+    what a controller needs before anything is converted: a trajectory with joint names and
+    1 to ``MAX_TRAJECTORY_POINTS`` points, the last one's ``time_from_start`` finite and
+    ≥ 0. ValueError naming ``where`` and what is missing."""
+    from rb_dynamics.control import MAX_TRAJECTORY_POINTS
+
+    trajectory = data.get("trajectory") if isinstance(data, dict) else None
+    if not isinstance(trajectory, dict):
+        raise ValueError(f"{where}: not a FollowJointTrajectory goal (no 'trajectory' mapping)")
+    names, points = trajectory.get("joint_names"), trajectory.get("points")
+    if not (isinstance(names, list) and names):
+        raise ValueError(f"{where}: trajectory.joint_names is empty or missing")
+    if not (isinstance(points, list) and points):
+        raise ValueError(f"{where}: trajectory.points is empty or missing: a goal needs at "
+                         "least one point")
+    if len(points) > MAX_TRAJECTORY_POINTS:
+        raise ValueError(f"{where}: {len(points)} points; a controller takes at most "
+                         f"{MAX_TRAJECTORY_POINTS}")
+    end = points[-1].get("time_from_start") if isinstance(points[-1], dict) else None
+    try:
+        seconds = float(end.get("sec", 0)) + 1e-9 * float(end.get("nanosec", 0))
+    except (AttributeError, TypeError, ValueError):
+        raise ValueError(f"{where}: the last point has no time_from_start") from None
+    if not (0.0 <= seconds < 1e6):
+        raise ValueError(f"{where}: the last point's time_from_start is {seconds:g} s")
+    return seconds
+
+
+def _spin_until(node, future, deadline: float, stop: threading.Event) -> bool:
+    """Spin ``node`` until ``future`` is done (True), ``deadline`` (monotonic) passes or
+    ``stop`` is set (False)."""
+    import rclpy
+
+    while not future.done():
+        if stop.is_set() or time.monotonic() > deadline:
+            return False
+        rclpy.spin_once(node, timeout_sec=0.1)
+    return True
+
+
+def _cancel(node, handle) -> None:
+    """Ask the server to cancel the goal ``handle``; waits at most 2 s for its answer."""
+    _spin_until(node, handle.cancel_goal_async(), time.monotonic() + 2.0, threading.Event())
