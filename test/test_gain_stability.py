@@ -198,3 +198,77 @@ def test_a_node_does_not_command_with_gains_its_driver_rate_cannot_take(tmp_path
         stream.stop()
     finally:
         node.close()
+
+
+def test_gains_unstable_at_every_rate_are_refused_before_any_period_or_robot(tmp_path):
+    """kp 1e9 (kd 20) is unstable at any state rate a driver has. The code this was written
+    against started with it in the parameter file and sent 19 of its first 21 commands at the
+    effort limit before its first check; and a change before the description arrived was
+    answered successful with an empty reason. Now the node does not start, naming the
+    parameter, and the change is refused with the reason."""
+    from ros_harness import control_node, fresh_name, refused_start
+
+    output = refused_start("rb_dynamics.ros.control_node", tmp_path, {
+        "urdf_path": str(_default_urdf()), "mode": "computed_torque", "kp": [1e9]},
+        timeout=30.0)
+    assert "kp 1e+09 with kd 20 on every joint makes the sampled loop unstable: kp < " \
+        in output and "at the state period 0.1 ms, the shortest period a driver plausibly " \
+        "has (10000 Hz): unstable at every state rate" in output, output
+    assert S.implausible_gain_problem([2000.0], [80.0]) is None  # fine up to 10 kHz
+    node = control_node(tmp_path, {"mode": "computed_torque"},
+                        name=fresh_name("rb_dynamics_plausible"))
+    try:
+        assert node.wait_for_log("waiting for a robot description", 30.0), node.output()
+        result = node.set_parameters(kp=[1e9])
+        assert not result.successful and result.reason.startswith(
+            "kp 1e+09 with kd 20 on every joint makes the sampled loop unstable"), result
+        result = node.set_parameters(kp=[100.0, 1e9], kd=[20.0])
+        assert not result.successful and "on joint 1 " in result.reason, result
+        assert node.set_parameters(kp=[2000.0], kd=[80.0]).successful
+    finally:
+        node.close()
+
+
+def _default_urdf():
+    from rb_dynamics import DEFAULT_URDF
+
+    return DEFAULT_URDF
+
+
+def test_the_law_commands_only_after_its_gains_were_checked_at_the_measured_period(tmp_path):
+    """kp 2000, kd 80: plausible (stable up to 10 kHz), unstable at this driver's 50 Hz. The
+    code this was written against commanded with them from the first state until its check
+    after 20 states (an error of 0.2 rad made 1500 N·m, clamped at the limit). Now every
+    command before the check is the stop command's effort, the gravity at the measured pose,
+    and after it the node stops saying why."""
+    from ros_harness import control_node, fresh_name
+
+    from rb_dynamics import DEFAULT_URDF
+    from rb_dynamics.dynamics import reference
+    from rb_dynamics.model import load_model
+
+    model = load_model(DEFAULT_URDF)
+    joints = model.actuated_joint_names
+    q0 = np.array([0.3, -1.0, 1.2, -0.6, 0.4, 0.2])
+    q1 = q0 + 0.2
+    node = control_node(tmp_path, {"urdf_path": str(DEFAULT_URDF), "mode": "computed_torque",
+                                   "kp": [2000.0], "kd": [80.0], "state_timeout": 0.5},
+                        name=fresh_name("rb_dynamics_first"))
+    try:
+        commands = node.commands
+        assert node.command_after(joints, q0) is not None, node.output()  # holds at q0
+        stream = node.stream_states(joints, q1, 0.02)
+        assert node.wait_for_log("makes the sampled loop unstable", 30.0), node.output()
+        stream.stop()
+        node.settle(commands)
+        gravity = [reference.gravity(model, q) for q in (q0, q1)]
+        sent = np.array([c[1].data for c in commands])
+        worst = np.abs(sent).max(axis=0)
+        law = [k for k, c in enumerate(sent)
+               if not any(np.allclose(c, g, rtol=1e-9, atol=1e-9) for g in gravity)]
+        print(f"{len(sent)} commands, largest per joint {np.round(worst, 2).tolist()}; "
+              f"{len(law)} not the gravity hold")
+        assert not law, (law, sent[law[:3]].tolist(), node.output())
+    finally:
+        node.close()
+

@@ -49,8 +49,16 @@ wrist's 10⁻⁴ kg·m²): ``impedance_gains`` gives each joint the spring and d
 damped loop at one natural frequency on its own effective inertia, K = m ω², D = 2 m ω (or,
 for a given K, D = 2 √(K m)).
 
+For fixed gains the stable periods are an interval (0, T*): along T, a = (kp/kd²) b², and the
+bound √(9 − 8b) − 3 + 2b over b² falls as b grows, so a loop stable at T is stable at every
+shorter period. Gains unstable at ``MIN_STATE_PERIOD``, the shortest state period an arm's
+driver plausibly has, are therefore unstable at every rate a node can meet
+(``implausible_gain_problem``): they can be refused before any period is measured, even
+before the robot is known.
+
 ``StabilityGuard`` keeps the check running: it follows the period between joint states and
-checks the controller's active gains (``active_gain_problem``) when they change and whenever
+checks the controller's active gains (``active_gain_problem``) once the period is measured
+(``settled``: a node commands nothing from its law before), when they change and whenever
 the period has drifted, so gains set at start-up, a mode switched to and a driver that slows
 down are caught as well as a gain set at run time.
 """
@@ -64,11 +72,12 @@ from typing import Any
 import numpy as np
 
 __all__ = [
-    "DEFAULT_STATE_PERIOD",
+    "MIN_STATE_PERIOD",
     "StabilityGuard",
     "active_gain_problem",
     "effective_inertia",
     "gain_bound_violation",
+    "implausible_gain_problem",
     "impedance_gains",
     "impedance_gains_for",
     "integral_loop_stable",
@@ -77,8 +86,9 @@ __all__ = [
     "max_stable_kp",
 ]
 
-# the period assumed before the node has measured one (s): a 1 kHz driver
-DEFAULT_STATE_PERIOD = 1e-3
+# the shortest period between joint states a driver plausibly has (s): 10 kHz, above the
+# 1–8 kHz of arm drivers and their fieldbuses; gains unstable here are unstable at any rate
+MIN_STATE_PERIOD = 1e-4
 
 
 def max_stable_kd(period: float) -> float:
@@ -193,6 +203,28 @@ def gain_bound_violation(kp: Sequence[float], kd: Sequence[float], period: float
     return None
 
 
+def implausible_gain_problem(kp: Sequence[float], kd: Sequence[float],
+                             ki: Sequence[float] | None = None) -> str | None:
+    """Why computed torque's ``kp``, ``kd`` (and ``ki``), one per joint or one for all, make
+    the sampled loop unstable at every state period a driver plausibly has (unstable at
+    ``MIN_STATE_PERIOD``: module docstring), naming the first bad entry; None when they are
+    stable there (and when their counts do not match: checked once the joints are known).
+    Needs no model: computed torque's gains act on the unit mass it makes of each joint."""
+    values = [np.asarray(kp, float), np.asarray(kd, float),
+              np.zeros(1) if ki is None else np.asarray(ki, float)]
+    try:
+        kp_, kd_, ki_ = np.broadcast_arrays(*values)
+    except ValueError:
+        return None
+    joints = ["every joint"] if kp_.size == 1 else [f"joint {j}" for j in range(kp_.size)]
+    why = gain_bound_violation(kp_.ravel(), kd_.ravel(), MIN_STATE_PERIOD, joints,
+                               ki=ki_.ravel())
+    if why is None:
+        return None
+    return (f"{why}, the shortest period a driver plausibly has ({1 / MIN_STATE_PERIOD:g} "
+            "Hz): unstable at every state rate")
+
+
 def active_gain_problem(controller: Any, period: float, mode: str | None = None,
                         gains: dict[str, np.ndarray] | None = None) -> str | None:
     """Why the gains of ``controller``'s mode (``mode`` to check another; ``gains``: law gain
@@ -228,9 +260,10 @@ class StabilityGuard:
     longer than the controller's ``max_state_age`` are not counted: the loop was stopped) and
     takes the period as the median of the last ``WINDOW`` of them, every ``EVERY`` states: a
     driver's rate, not bent by a pause (or by states sent by hand); then the check when due.
-    It returns the current problem (None: stable). The first check waits for ``SETTLE``
-    gaps, so the period is a measured one. ``min_period``: the shortest period between
-    commands (a publish-rate limit), which lengthens the loop's.
+    It returns the current problem (None: stable, or not yet checked). The first check waits
+    for ``SETTLE`` gaps, so the period is a measured one; until then ``settled`` is False and
+    the gains are unchecked: not to be commanded with. ``min_period``: the shortest period
+    between commands (a publish-rate limit), which lengthens the loop's.
     """
 
     DRIFT = 0.2
@@ -253,10 +286,17 @@ class StabilityGuard:
         self._pending = True
 
     @property
+    def settled(self) -> bool:
+        """Whether the period is measured and the gains were checked at it (they are, with
+        the state that measures it)."""
+        return self._count >= self.SETTLE
+
+    @property
     def loop_period(self) -> float:
-        """The period the loop is checked at (s): the measured one, or ``DEFAULT_STATE_PERIOD``
-        before one is, never below ``min_period``."""
-        return max(self.period or DEFAULT_STATE_PERIOD, self.min_period)
+        """The period the loop is checked at (s): the measured one, or ``MIN_STATE_PERIOD``
+        before one is (what is unstable there is unstable at any rate), never below
+        ``min_period``."""
+        return max(self.period or MIN_STATE_PERIOD, self.min_period)
 
     def observe(self, controller: Any, t: float) -> str | None:
         gap, self._last = t - self._last, t
