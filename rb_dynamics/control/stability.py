@@ -49,6 +49,16 @@ wrist's 10⁻⁴ kg·m²): ``impedance_gains`` gives each joint the spring and d
 damped loop at one natural frequency on its own effective inertia, K = m ω², D = 2 m ω (or,
 for a given K, D = 2 √(K m)).
 
+The effective inertia changes with the pose, by 50× on a shoulder pan (others free, the arm
+folds so that the pan turns little but the shoulder link). Gains derived at one pose act at
+another as kp = ω² r, kd = 2ω r with r = m_derived / m(q): with a = kp T² = x² r and b = kd T =
+2x r (x = ωT) the bound a < √(9 − 8b) − 3 + 2b reads, for small b, x < 4/3 − 32 x r / 27, which
+a smaller r only relaxes; so a loop stable at r = 1 is stable at every r ≤ 1, and none is for
+r large (b = 2xr ≥ 1). ``impedance_gains_for`` therefore derives them on ``workspace_inertia``:
+per joint the smallest effective inertia over the reference configuration and
+``WORKSPACE_SAMPLES`` poses within the limits, so r ≤ 1 at the sampled poses and, between them,
+stays far below the r = 1/(2x) where damping fails (25 at 1 kHz and 2 Hz).
+
 For fixed gains the stable periods are an interval (0, T*): along T, a = (kp/kd²) b², and the
 bound √(9 − 8b) − 3 + 2b over b² falls as b grows, so a loop stable at T is stable at every
 shorter period. Gains unstable at ``MIN_STATE_PERIOD``, the shortest state period an arm's
@@ -84,8 +94,11 @@ __all__ = [
     "max_stable_kd",
     "max_stable_ki",
     "max_stable_kp",
+    "workspace_inertia",
 ]
 
+# poses the inertia of impedance's derived gains is taken over (drawn with a fixed seed)
+WORKSPACE_SAMPLES = 1000
 # the shortest period between joint states a driver plausibly has (s): 10 kHz, above the
 # 1–8 kHz of arm drivers and their fieldbuses; gains unstable here are unstable at any rate
 MIN_STATE_PERIOD = 1e-4
@@ -147,18 +160,35 @@ def impedance_gains_for(controller: Any, frequency: float, stiffness: Sequence[f
                         damping: Sequence[float] | None) -> tuple[np.ndarray, np.ndarray]:
     """(K, D), one per commanded joint of ``controller``: the given ``stiffness`` and
     ``damping`` (one per commanded joint, or one for all), each one left None taken from
-    ``impedance_gains`` at ``frequency`` (Hz) on the joint's effective inertia at the reference
-    configuration (q = 0, each coordinate at the middle of its limits where 0 is outside
-    them): the same gains however the arm stands when the controller is built."""
-    model, index = controller.model, controller.index
-    q = np.zeros(model.nq)
-    outside = (model.position_lower > 0.0) | (model.position_upper < 0.0)
-    q[outside] = 0.5 * (model.position_lower[outside] + model.position_upper[outside])
-    inertia = effective_inertia(controller.law.dynamics.crba(q))[index]
+    ``impedance_gains`` at ``frequency`` (Hz) on the joint's smallest effective inertia over
+    the workspace (``workspace_inertia``: stable at every pose where they are at the smallest
+    inertia, module docstring): the same gains however the arm stands when the controller is
+    built."""
+    inertia = workspace_inertia(controller.law.dynamics, controller.model)[controller.index]
     k, d = impedance_gains(inertia, frequency, stiffness)
     if damping is not None:
         d = np.broadcast_to(np.asarray(damping, float), d.shape).copy()
     return k, d
+
+
+def workspace_inertia(dynamics: Any, model: Any, samples: int = WORKSPACE_SAMPLES
+                      ) -> np.ndarray:
+    """Per velocity coordinate of ``model`` the smallest effective inertia (kg·m² or kg,
+    ``effective_inertia``) that ``dynamics`` gives at the reference configuration (q = 0, each
+    coordinate at the middle of its limits where 0 is outside them) and at ``samples`` poses
+    drawn uniformly within the position limits (±π where a joint has none), with a fixed seed:
+    the same every time. For a model with 1-DoF joints (q and q̇ alike)."""
+    low = np.where(np.isfinite(model.position_lower), model.position_lower, -math.pi)
+    high = np.where(np.isfinite(model.position_upper), model.position_upper, math.pi)
+    reference = np.zeros(model.nq)
+    outside = (low > 0.0) | (high < 0.0)
+    reference[outside] = 0.5 * (low[outside] + high[outside])
+    poses = np.random.default_rng(0).uniform(low, high, (samples, model.nq))
+    masses = dynamics.crba(np.vstack([reference, poses]))
+    try:
+        return (1.0 / np.diagonal(np.linalg.inv(masses), axis1=1, axis2=2)).min(axis=0)
+    except np.linalg.LinAlgError:  # a singular one among them: one at a time
+        return np.min([effective_inertia(mass_matrix) for mass_matrix in masses], axis=0)
 
 
 def effective_inertia(mass_matrix: np.ndarray) -> np.ndarray:
