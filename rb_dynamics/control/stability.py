@@ -94,6 +94,7 @@ __all__ = [
     "max_stable_kd",
     "max_stable_ki",
     "max_stable_kp",
+    "reference_configuration",
     "workspace_inertia",
 ]
 
@@ -157,18 +158,30 @@ def impedance_gains(inertia: Sequence[float], frequency: float,
 
 
 def impedance_gains_for(controller: Any, frequency: float, stiffness: Sequence[float] | None,
-                        damping: Sequence[float] | None) -> tuple[np.ndarray, np.ndarray]:
+                        damping: Sequence[float] | None, dynamics: Any = None
+                        ) -> tuple[np.ndarray, np.ndarray]:
     """(K, D), one per commanded joint of ``controller``: the given ``stiffness`` and
     ``damping`` (one per commanded joint, or one for all), each one left None taken from
     ``impedance_gains`` at ``frequency`` (Hz) on the joint's smallest effective inertia over
     the workspace (``workspace_inertia``: stable at every pose where they are at the smallest
     inertia, module docstring): the same gains however the arm stands when the controller is
-    built."""
-    inertia = workspace_inertia(controller.law.dynamics, controller.model)[controller.index]
+    built. ``dynamics``: another robot's than the controller's (an overlay about to be
+    swapped in)."""
+    dynamics = dynamics or controller.law.dynamics
+    inertia = workspace_inertia(dynamics, dynamics.model)[controller.index]
     k, d = impedance_gains(inertia, frequency, stiffness)
     if damping is not None:
         d = np.broadcast_to(np.asarray(damping, float), d.shape).copy()
     return k, d
+
+
+def reference_configuration(model: Any) -> np.ndarray:
+    """q = 0, each coordinate at the middle of its limits where 0 is outside them: the pose
+    gains and bounds derived from the inertia start from, however the arm stands."""
+    q = np.zeros(model.nq)
+    outside = (model.position_lower > 0.0) | (model.position_upper < 0.0)
+    q[outside] = 0.5 * (model.position_lower[outside] + model.position_upper[outside])
+    return q
 
 
 def workspace_inertia(dynamics: Any, model: Any, samples: int = WORKSPACE_SAMPLES
@@ -180,9 +193,7 @@ def workspace_inertia(dynamics: Any, model: Any, samples: int = WORKSPACE_SAMPLE
     the same every time. For a model with 1-DoF joints (q and q̇ alike)."""
     low = np.where(np.isfinite(model.position_lower), model.position_lower, -math.pi)
     high = np.where(np.isfinite(model.position_upper), model.position_upper, math.pi)
-    reference = np.zeros(model.nq)
-    outside = (low > 0.0) | (high < 0.0)
-    reference[outside] = 0.5 * (low[outside] + high[outside])
+    reference = reference_configuration(model)
     poses = np.random.default_rng(0).uniform(low, high, (samples, model.nq))
     masses = dynamics.crba(np.vstack([reference, poses]))
     try:
@@ -256,12 +267,13 @@ def implausible_gain_problem(kp: Sequence[float], kd: Sequence[float],
 
 
 def active_gain_problem(controller: Any, period: float, mode: str | None = None,
-                        gains: dict[str, np.ndarray] | None = None) -> str | None:
+                        gains: dict[str, np.ndarray] | None = None,
+                        dynamics: Any = None) -> str | None:
     """Why the gains of ``controller``'s mode (``mode`` to check another; ``gains``: law gain
     arrays over v to use instead of the law's, by ``ControlLaw`` name) make its loop sampled
     every ``period`` s unstable (``gain_bound_violation``; impedance's on the effective inertia
-    at the measured state, at the zero configuration before one); None when stable, and in
-    gravity compensation, which has no loop."""
+    at the measured state, at the zero configuration before one; on ``dynamics`` when given,
+    else the law's); None when stable, and in gravity compensation, which has no loop."""
     law = controller.law
     mode = mode or law.mode
     if mode == "gravity_compensation":
@@ -276,7 +288,7 @@ def active_gain_problem(controller: Any, period: float, mode: str | None = None,
         return gain_bound_violation(gain("kp"), gain("kd"), period, controller.joints,
                                     ki=ki)
     q = controller.q if controller.q is not None else np.zeros(controller.model.nq)
-    inertia = effective_inertia(law.dynamics.crba(q))[controller.index]
+    inertia = effective_inertia((dynamics or law.dynamics).crba(q))[controller.index]
     return gain_bound_violation(gain("stiffness"), gain("damping"), period, controller.joints,
                                 ("impedance.stiffness", "impedance.damping"), inertia, ki)
 
@@ -297,7 +309,8 @@ class StabilityGuard:
     """
 
     DRIFT = 0.2
-    SETTLE = 20
+    SETTLE = 3  # a first period soon (states by hand are answered by the law within a few),
+    # refined every EVERY states over up to WINDOW gaps and checked again when it drifts
     WINDOW = 64
     EVERY = 16
 

@@ -56,19 +56,20 @@ def check_law_changes(changes: dict[str, Any], count: int | None) -> dict[str, n
             for name, value in changes.items() if name in GAINS and name not in IMPEDANCE}
 
 
-def impedance_gains(controller: JointController | None, value: Callable[[str], Any]
-                    ) -> dict[str, np.ndarray]:
+def impedance_gains(controller: JointController | None, value: Callable[[str], Any],
+                    dynamics: Any = None) -> dict[str, np.ndarray]:
     """Impedance's ``stiffness`` and ``damping`` (``set_gains`` keywords, one per commanded
     joint) from the parameters (``value(name)``: the new value or the current one): given
-    ones validated, empty ones derived (``stability.impedance_gains_for``). Without a
-    controller only the given values are checked (and nothing returned)."""
+    ones validated, empty ones derived (``stability.impedance_gains_for``; on ``dynamics``
+    when given, else the controller's). Without a controller only the given values are
+    checked (and nothing returned)."""
     count = None if controller is None else len(controller.joints)
     given = {name: _check(name, value(name), count) if len(value(name)) else None
              for name in IMPEDANCE[:2]}
     if controller is None:
         return {}
     stiffness, damping = impedance_gains_for(controller, value("impedance.frequency"),
-                                             *given.values())
+                                             *given.values(), dynamics)
     return {"stiffness": stiffness, "damping": damping}
 
 
@@ -77,11 +78,12 @@ MODE_GAINS = {"computed_torque": ("kp", "kd", "ki"), "impedance": ("stiffness", 
 
 
 def check_stable_gains(controller: JointController, changes: dict[str, Any],
-                       gains: dict[str, np.ndarray], period: float) -> None:
+                       gains: dict[str, np.ndarray], period: float,
+                       dynamics: Any = None) -> None:
     """``ControllerError`` when ``changes`` (``gains``: their ``set_gains`` keywords) make
-    the loop sampled every ``period`` s unstable (``stability.active_gain_problem``): in the
-    mode switched to, and in every mode whose gains they change (refused when set, not when
-    that mode is switched to)."""
+    the loop sampled every ``period`` s unstable (``stability.active_gain_problem``, on
+    ``dynamics`` when given): in the mode switched to, and in every mode whose gains they
+    change (refused when set, not when that mode is switched to)."""
     index = controller.index
     over_v = {}
     for keyword, values in gains.items():
@@ -92,7 +94,7 @@ def check_stable_gains(controller: JointController, changes: dict[str, Any],
     if "mode" in changes:
         modes.append(changes["mode"])
     for mode in modes:
-        why = active_gain_problem(controller, period, mode, over_v)
+        why = active_gain_problem(controller, period, mode, over_v, dynamics)
         if why is not None:
             raise ControllerError(why)
 
