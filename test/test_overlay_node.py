@@ -246,3 +246,33 @@ def test_absurd_overlays_are_refused_and_plausible_ones_taken(rig, tmp_path):
             in node.output(), node.output()
     finally:
         node.close()
+
+
+def test_an_overlay_whose_inertia_the_gains_need_is_not_cleared_mid_motion(tmp_path):
+    """Impedance with K 10, D 5 on every joint is stable on ur5 with 0.5 kg·m² of armature on
+    the elbow and wrists (the start-up file), not on the bare 0.016 kg·m² of wrist_3 at this
+    driver's 5 ms (D/m T = 1.6 ≥ 1). Clearing the overlay is refused like a gain change,
+    naming the bound at the measured period; the code this was written against took it and
+    the node stopped commanding."""
+    armature = DynamicsOverlay(robot="ur5", joints={
+        name: {"armature": 0.5} for name in JOINTS[2:]})
+    start = tmp_path / "armature.yaml"
+    write_overlay(armature, start)
+    node = control_node(tmp_path, {
+        "urdf_path": str(UR5), "mode": "impedance", "impedance.stiffness": [10.0],
+        "impedance.damping": [5.0], "dynamics_overlay": str(start), "state_timeout": 0.5})
+    try:
+        stream = node.stream_states(JOINTS, GOAL, 0.005)
+        commands = node.commands
+        assert node.wait_for(lambda: len(commands) > 50, 60.0), node.output()
+        answer = set_overlay(node)
+        assert not answer.success, answer.message
+        assert answer.message.startswith("the dynamics overlay is refused: impedance.damping 5 "
+                                         "on wrist_3_joint makes the sampled loop unstable: "
+                                         "impedance.damping < "), answer.message
+        count = len(commands)
+        assert node.wait_for(lambda: len(commands) > count + 50, 30.0), node.output()
+        assert "not commanding" not in node.output(), node.output()
+        stream.stop()
+    finally:
+        node.close()
