@@ -145,7 +145,8 @@ def test_impedance_is_gravity_plus_spring_and_damper(single):
     on its own smallest effective inertia over the workspace."""
     q = Q0 + np.array([0.01, -0.02, 0.015, 0.03, -0.01, 0.02])
     v = np.array([0.1, -0.05, 0.02, 0.2, -0.1, 0.05])
-    given = inertia_scaled(3.0, 0.7)
+    # given: stable at the 20–50 ms between states sent by hand (checked after the first few)
+    given = inertia_scaled(0.5, 0.7)
     for params, (stiffness, damping) in (
             ({"impedance.stiffness": given[0].tolist(),
               "impedance.damping": given[1].tolist()}, given),
