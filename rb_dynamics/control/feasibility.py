@@ -467,9 +467,10 @@ def feedforward_violation(model: Model, sampler: TrajectorySampler, index: np.nd
     a larger feed-forward can only drive the joint at its limit (joints without a limit, an
     infinite one, are not checked). Point indices are the goal's (point 0 its first point)."""
     _check_model(model)
+    if not sampler.feeds_forward:  # no point carries efforts: nothing to read
+        return None
     limit = model.effort_limit[index] * effort_scale
-    efforts = np.abs(sampler.efforts[1:, index])
-    over = sampler.has_effort[1:, None] & (efforts > limit)
+    over = sampler.has_effort[1:, None] & (np.abs(sampler.efforts[1:, index]) > limit)
     if not over.any():
         return None
     point, j = np.unravel_index(int(np.argmax(over)), over.shape)
