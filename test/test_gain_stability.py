@@ -198,3 +198,128 @@ def test_a_node_does_not_command_with_gains_its_driver_rate_cannot_take(tmp_path
         stream.stop()
     finally:
         node.close()
+
+
+def test_gains_unstable_at_every_rate_are_refused_before_any_period_or_robot(tmp_path):
+    """kp 1e9 (kd 20) is unstable at any state rate a driver has. The code this was written
+    against started with it in the parameter file and sent 19 of its first 21 commands at the
+    effort limit before its first check; and a change before the description arrived was
+    answered successful with an empty reason. Now the node does not start, naming the
+    parameter, and the change is refused with the reason."""
+    from ros_harness import control_node, fresh_name, refused_start
+
+    output = refused_start("rb_dynamics.ros.control_node", tmp_path, {
+        "urdf_path": str(_default_urdf()), "mode": "computed_torque", "kp": [1e9]},
+        timeout=30.0)
+    assert "kp 1e+09 with kd 20 on every joint makes the sampled loop unstable: kp < " \
+        in output and "at the state period 0.1 ms, the shortest period a driver plausibly " \
+        "has (10000 Hz): unstable at every state rate" in output, output
+    assert S.implausible_gain_problem([2000.0], [80.0]) is None  # fine up to 10 kHz
+    node = control_node(tmp_path, {"mode": "computed_torque"},
+                        name=fresh_name("rb_dynamics_plausible"))
+    try:
+        assert node.wait_for_log("waiting for a robot description", 30.0), node.output()
+        result = node.set_parameters(kp=[1e9])
+        assert not result.successful and result.reason.startswith(
+            "kp 1e+09 with kd 20 on every joint makes the sampled loop unstable"), result
+        result = node.set_parameters(kp=[100.0, 1e9], kd=[20.0])
+        assert not result.successful and "on joint 1 " in result.reason, result
+        assert node.set_parameters(kp=[2000.0], kd=[80.0]).successful
+    finally:
+        node.close()
+
+
+def _default_urdf():
+    from rb_dynamics import DEFAULT_URDF
+
+    return DEFAULT_URDF
+
+
+def test_the_law_commands_only_after_its_gains_were_checked_at_the_measured_period(tmp_path):
+    """kp 2000, kd 80: plausible (stable up to 10 kHz), unstable at this driver's 50 Hz. The
+    code this was written against commanded with them from the first state until its check
+    after 20 states (an error of 0.2 rad made 1500 N·m, clamped at the limit). Now every
+    command before the check is the stop command's effort, the gravity at the measured pose,
+    and after it the node stops saying why."""
+    from ros_harness import control_node, fresh_name
+
+    from rb_dynamics import DEFAULT_URDF
+    from rb_dynamics.dynamics import reference
+    from rb_dynamics.model import load_model
+
+    model = load_model(DEFAULT_URDF)
+    joints = model.actuated_joint_names
+    q0 = np.array([0.3, -1.0, 1.2, -0.6, 0.4, 0.2])
+    q1 = q0 + 0.2
+    node = control_node(tmp_path, {"urdf_path": str(DEFAULT_URDF), "mode": "computed_torque",
+                                   "kp": [2000.0], "kd": [80.0], "state_timeout": 0.5},
+                        name=fresh_name("rb_dynamics_first"))
+    try:
+        commands = node.commands
+        assert node.command_after(joints, q0) is not None, node.output()  # holds at q0
+        stream = node.stream_states(joints, q1, 0.02)
+        assert node.wait_for_log("makes the sampled loop unstable", 30.0), node.output()
+        stream.stop()
+        node.settle(commands)
+        gravity = [reference.gravity(model, q) for q in (q0, q1)]
+        sent = np.array([c[1].data for c in commands])
+        worst = np.abs(sent).max(axis=0)
+        law = [k for k, c in enumerate(sent)
+               if not any(np.allclose(c, g, rtol=1e-9, atol=1e-9) for g in gravity)]
+        print(f"{len(sent)} commands, largest per joint {np.round(worst, 2).tolist()}; "
+              f"{len(law)} not the gravity hold")
+        assert not law, (law, sent[law[:3]].tolist(), node.output())
+    finally:
+        node.close()
+
+
+POSE = np.array([2.56, 1.59, -0.03, 2.16, -3.12, 1.04])  # the shoulder pan at 1/51 of its q = 0
+
+
+def test_impedance_defaults_are_stable_at_every_pose():
+    """Impedance with every parameter at its default (K, D derived at impedance.frequency on
+    each joint's inertia) against the existing check at 2000 random poses of the bundled arm at
+    1 ms and 2 ms. Derived at q = 0 (the code this was written against) they were unstable at
+    17 and 67 of them, and at POSE; derived on the smallest inertia over the workspace, at
+    none."""
+    from rb_dynamics import DEFAULT_URDF
+    from rb_dynamics.control import JointController
+    from rb_dynamics.model import load_model
+
+    model = load_model(DEFAULT_URDF)
+    controller = JointController(model, mode="impedance")
+    controller.set_gains(**dict(zip(("stiffness", "damping"),
+                                    S.impedance_gains_for(controller, 2.0, None, None))))
+    rng = np.random.default_rng(1)  # not the seed the gains were derived with
+    poses = [POSE, *rng.uniform(model.position_lower, model.position_upper, (2000, model.nq))]
+    for period in (1e-3, 2e-3):
+        unstable = []
+        for q in poses:
+            controller.q = q
+            why = S.active_gain_problem(controller, period)
+            if why is not None:
+                unstable.append(why)
+        print(f"{period * 1e3:g} ms: unstable at {len(unstable)} of {len(poses)} poses")
+        assert not unstable, (len(unstable), unstable[:2])
+
+
+def test_impedance_defaults_hold_the_arm_at_a_folded_pose_in_lock_step(tmp_path):
+    """The bundled arm at POSE on the simulator in lock-step at 1 kHz, the control node in
+    impedance with every impedance parameter at its default. The code this was written against
+    said "impedance.damping 95.241 on shoulder_pan_joint makes the sampled loop unstable …
+    not commanding" after 20 states and the arm went limp; now it holds the pose."""
+    from payload_rig import ClosedLoop
+
+    from rb_dynamics import DEFAULT_URDF
+
+    rig = ClosedLoop(tmp_path, DEFAULT_URDF, POSE, effort_noise=0.0, mode="impedance")
+    try:
+        rig.start()
+        rig.run_for(1.0)
+        output = rig.control.output()
+        assert "makes the sampled loop unstable" not in output, rig.logs()
+        drift = np.abs(rig.mean_position(0.1) - POSE).max()
+        print(f"largest drift from the pose after 1 s: {drift:.2e} rad")
+        assert drift < 0.02, rig.logs()
+    finally:
+        rig.close()

@@ -115,6 +115,37 @@ def test_the_topic_refuses_an_infeasible_trajectory_with_a_warning(arm):
     arm.peer.node.destroy_publisher(publisher)
 
 
+def test_a_feed_forward_beyond_the_effort_limit_is_refused_naming_it(arm):
+    """A point's effort of 1e8 N·m on shoulder_pan (inside the 1e9 plausibility bound; the URDF
+    allows 150): the code this was written against took it and drove the pan at +150 N·m to
+    its stop, saying only "effort clamped". Refused with the goal, and on the topic, naming
+    the joint, the point and the value; the arm never moves. Within the limit it is taken."""
+    q = arm.q()
+    points = min_jerk_points(q, q + 0.1, 1.0, 3)
+    for point in points:
+        point.effort = [0.0] * len(arm.joints)
+    points[1].effort[0] = 1e8
+    code, text = refused(arm, _goal(arm, points))
+    assert code == Result.INVALID_GOAL, text
+    assert "not feasible: effort limit of shoulder_pan_joint exceeded at point 1" in text, text
+    assert "1e+08 against 150 (the point's feed-forward effort; effort_scale 1 × the URDF " \
+        "effort limit)" in text, text
+    publisher = arm.peer.node.create_publisher(JointTrajectory, "/rb_dynamics/joint_trajectory",
+                                               10)
+    assert arm.peer.wait_for(lambda: publisher.get_subscription_count() > 0, 5.0)
+    points[1].effort[0] = -200.0
+    publisher.publish(JointTrajectory(joint_names=list(arm.joints), points=points))
+    warning = "effort limit of shoulder_pan_joint exceeded at point 1"
+    assert arm.peer.wait_for(lambda: arm.node.output().count(warning) >= 2, 10.0), arm.output()
+    assert "-200 against 150" in arm.node.output(), arm.output()
+    arm.wait_sim(0.3)
+    assert np.abs(arm.q() - q).max() < 1e-3  # holding: neither was followed
+    arm.peer.node.destroy_publisher(publisher)
+    points[1].effort[0] = 5.0  # within the limit: followed
+    status, code, text = arm.run(_goal(arm, points))
+    assert (status, code) == ("SUCCEEDED", Result.SUCCESSFUL), text
+
+
 def test_the_check_can_be_turned_off(arm):
     q = arm.q()
     target = q.copy()

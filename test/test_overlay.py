@@ -139,3 +139,52 @@ def test_a_controller_takes_an_overlaid_models_dynamics_and_keeps_its_reference(
     with pytest.raises(ControllerError, match="is not the controller's robot"):
         swap_dynamics(controller, make_dynamics(other, "reference"))
     assert controller.model is overlaid
+
+
+def _text(values: str) -> str:
+    return ("format: rb_dynamics/dynamics_overlay\nversion: 1\njoints:\n"
+            f"  shoulder_pan_joint: {values}\n")
+
+
+def test_numbers_yaml_1_1_reads_as_strings_are_read_as_numbers():
+    """``1.0e6`` (no exponent sign) and ``1e-3`` (no dot) are strings to YAML 1.1: read as
+    the numbers they are; other strings are still refused."""
+    read = read_overlay(_text("{coulomb: 1.0e6, viscous: 1.0e0, armature: 1e-3, "
+                              "stribeck: .5E+1}"))
+    assert read.joints["shoulder_pan_joint"] == {"coulomb": 1e6, "viscous": 1.0,
+                                                 "armature": 1e-3, "stribeck": 5.0}
+    with pytest.raises(ValueError, match="coulomb must be a number, got '1.0e6x'"):
+        read_overlay(_text("{coulomb: 1.0e6x}"))
+
+
+def test_an_overlay_is_checked_against_the_robot_and_the_command_it_changes():
+    """Friction beyond the effort limit and an armature beyond 1e3 × the subtree's inertia are
+    refused naming the joint and the bound; plausible values are not; a swap that would move a
+    command by more than half its effort limit is named."""
+    from rb_dynamics.control import command_step_problem, overlay_problem
+
+    model = load_model(DEFAULT_URDF)
+
+    def problem(values: str):
+        overlay = read_overlay(_text(values))
+        return overlay_problem(model, apply_overlay(model, overlay), overlay)
+
+    assert problem("{coulomb: 1.0e6}").startswith(
+        "joint 'shoulder_pan_joint': friction up to 1e+06 (coulomb 1e+06 + stribeck 0 + "
+        "viscous 0.5 × the velocity limit 3.15) is beyond its effort limit 150")
+    assert "beyond its effort limit" in problem("{coulomb: 100, viscous: 20}")  # 163 at 3.15
+    assert problem("{armature: 1e9}") == (
+        "joint 'shoulder_pan_joint': armature 1e+09 is beyond 1000 × the largest inertia its "
+        "subtree gives M at q = 0 (3.803): 3803.14 at most")
+    assert problem("{coulomb: 5.0, viscous: 2.0, stribeck: 1.0, armature: 0.5}") is None
+    controller = JointController(model, mode="computed_torque", kp=100.0, kd=20.0)
+    q = np.array([0.3, -1.0, 1.2, -0.6, 0.4, 0.2])
+    controller.update_state(model.joint_names, q, np.zeros(6), 0.0)
+    controller.compute(0.0)  # holding q: no acceleration commanded, nothing to jump
+    heavy = make_dynamics(apply_overlay(model, read_overlay(_text("{armature: 100}"))))
+    assert command_step_problem(controller, heavy) is None
+    controller.update_state(model.joint_names, q + [0.1, 0, 0, 0, 0, 0], np.zeros(6), 0.001)
+    controller.compute(0.001)  # 10 rad/s² on the pan: 1000 N·m through the armature
+    why = command_step_problem(controller, heavy)
+    assert why.startswith("it would move the command on shoulder_pan_joint by 1000 in one "
+                          "step, more than 0.5 × its effort limit (75)"), why

@@ -195,3 +195,84 @@ def test_a_bad_overlay_file_at_start_refuses_the_description(tmp_path):
         assert rig.command_after(JOINTS, GOAL, timeout=1.0) is None  # no model: no command
     finally:
         rig.close()
+
+
+def overlay_text(joint: str, values: str) -> str:
+    return (f"format: rb_dynamics/dynamics_overlay\nversion: 1\nrobot: ur5\njoints:\n"
+            f"  {joint}: {values}\n")
+
+
+def test_absurd_overlays_are_refused_and_plausible_ones_taken(rig, tmp_path):
+    """Coulomb 1e6 and armature 1e9 on ur5's shoulder pan: the code this was written against
+    took both while commanding (command jumps of 150–300 N·m, the pan swung against its
+    reference). Friction beyond the joint's effort limit and an armature beyond 1e3 × the
+    inertia its subtree gives M are refused naming the joint and the bound, as is a plausible
+    armature (100 kg·m² on a 4.4 kg·m² pan) whose swap would move the command by more than
+    half the effort limit at once; the commands stay those of the overlay in use. YAML 1.1
+    reads ``1.0e6`` as a string (refused as "must be a number"): it is read as the number
+    it is, so ``1.0e0`` is taken. The same checks refuse a file at start."""
+    expected = Expected(overlay(1)).computed_torque
+    # 0.1 rad off the set-point: an acceleration of 10 rad/s² commanded through the armature
+    away = GOAL + np.array([0.1, 0.0, 0.0, 0.0, 0.0, 0.0])
+    assert rel_err(rig.command_after(JOINTS, away), expected(away, np.zeros(6))) <= 1e-9
+    for text, says in [
+            (overlay_text("shoulder_pan_joint", "{coulomb: 1.0e6}"),
+             "not plausible for 'ur5': joint 'shoulder_pan_joint': friction up to 1e+06 "
+             "(coulomb 1e+06 + stribeck "),
+            (overlay_text("shoulder_pan_joint", "{viscous: 1.0e+3}"),
+             "× the velocity limit 3.15) is beyond its effort limit 150: no drive could move "
+             "it"),
+            (overlay_text("shoulder_pan_joint", "{armature: 1.0e9}"),
+             "joint 'shoulder_pan_joint': armature 1e+09 is beyond 1000 × the largest inertia "
+             "its subtree gives M at q = 0 (4.377): 4376.61 at most"),
+            (overlay_text("shoulder_pan_joint", "{armature: 100.0}"),
+             "the dynamics overlay is refused: it would move the command on shoulder_pan_joint "
+             "by ")]:
+        answer = set_overlay(rig, text=text)
+        assert not answer.success and says in answer.message, (says, answer.message)
+    assert "0.5 × its effort limit (75)" in answer.message, answer.message
+    commands_equal(rig, expected, 20)  # nothing changed
+    answer = set_overlay(rig, text=overlay_text("wrist_3_joint", "{coulomb: 1.0e0}"))
+    assert answer.success, answer.message
+    taken = DynamicsOverlay(robot="ur5", joints={"wrist_3_joint": {"coulomb": 1.0}})
+    assert rig.set_parameters(mode="gravity_compensation").successful
+    commands_equal(rig, Expected(taken).gravity_compensation, 21)
+    absurd = tmp_path / "absurd.yaml"
+    absurd.write_text(overlay_text("elbow_joint", "{coulomb: 1.0e6}"))
+    node = control_node(tmp_path, {"urdf_path": str(UR5), "dynamics_overlay": str(absurd)})
+    try:
+        assert node.wait_for_log("cannot use the description", 60.0), node.output()
+        assert "is not plausible for 'ur5': joint 'elbow_joint': friction up to 1e+06" \
+            in node.output(), node.output()
+    finally:
+        node.close()
+
+
+def test_an_overlay_whose_inertia_the_gains_need_is_not_cleared_mid_motion(tmp_path):
+    """Impedance with K 10, D 5 on every joint is stable on ur5 with 0.5 kg·m² of armature on
+    the elbow and wrists (the start-up file), not on the bare 0.016 kg·m² of wrist_3 at this
+    driver's 5 ms (D/m T = 1.6 ≥ 1). Clearing the overlay is refused like a gain change,
+    naming the bound at the measured period; the code this was written against took it and
+    the node stopped commanding."""
+    armature = DynamicsOverlay(robot="ur5", joints={
+        name: {"armature": 0.5} for name in JOINTS[2:]})
+    start = tmp_path / "armature.yaml"
+    write_overlay(armature, start)
+    node = control_node(tmp_path, {
+        "urdf_path": str(UR5), "mode": "impedance", "impedance.stiffness": [10.0],
+        "impedance.damping": [5.0], "dynamics_overlay": str(start), "state_timeout": 0.5})
+    try:
+        stream = node.stream_states(JOINTS, GOAL, 0.005)
+        commands = node.commands
+        assert node.wait_for(lambda: len(commands) > 50, 60.0), node.output()
+        answer = set_overlay(node)
+        assert not answer.success, answer.message
+        assert answer.message.startswith("the dynamics overlay is refused: impedance.damping 5 "
+                                         "on wrist_3_joint makes the sampled loop unstable: "
+                                         "impedance.damping < "), answer.message
+        count = len(commands)
+        assert node.wait_for(lambda: len(commands) > count + 50, 30.0), node.output()
+        assert "not commanding" not in node.output(), node.output()
+        stream.stop()
+    finally:
+        node.close()

@@ -5,7 +5,8 @@ impedance (``law``); joint trajectories, their spline and sampler (``trajectory`
 ros2_control's soft joint limits (``limits``); joint velocities from positions
 (``velocity``); the feasibility of a trajectory against the URDF's limits (``feasibility``);
 the external efforts a robot feels, from the generalised momentum (``momentum_observer``), and
-collisions detected on them (``collision``).
+collisions detected on them (``collision``); a dynamics overlay checked against the robot and
+the command it changes (``overlay_checks``).
 
 Imports ``rb_dynamics.dynamics`` and ``rb_dynamics.model``.
 """
@@ -46,6 +47,12 @@ from .limits import (
     soft_limit_effort_bounds,
 )
 from .momentum_observer import EFFORT_TIMINGS, MomentumObserver
+from .overlay_checks import (
+    ARMATURE_FACTOR,
+    MAX_COMMAND_STEP,
+    command_step_problem,
+    overlay_problem,
+)
 from .trajectory import (
     MAX_TRAJECTORY_POINTS,
     TrajectoryError,
@@ -59,6 +66,7 @@ from .trajectory import (
 from .velocity import MISSING_VELOCITY, MissingVelocity, VelocityFromPositions
 
 __all__ = [
+    "ARMATURE_FACTOR",
     "CONTROL_MODES",
     "Collision",
     "CollisionDetector",
@@ -72,6 +80,7 @@ __all__ = [
     "JointController",
     "JointStateReader",
     "MAX_CHECKED_STATES",
+    "MAX_COMMAND_STEP",
     "MAX_SAMPLES_PER_SEGMENT",
     "MISSING_VELOCITY",
     "MissingVelocity",
@@ -90,9 +99,11 @@ __all__ = [
     "check_gains",
     "check_point_field",
     "clamp_effort",
+    "command_step_problem",
     "evaluate_spline",
     "feasibility_report",
     "holding_effort",
+    "overlay_problem",
     "position_error",
     "restart_trajectory",
     "swap_dynamics",

@@ -42,6 +42,7 @@ __all__ = [
     "FeasibilityReport",
     "Violation",
     "feasibility_report",
+    "feedforward_violation",
     "motion_violation",
     "trajectory_efforts",
 ]
@@ -455,6 +456,28 @@ def motion_violation(model: Model, sampler: TrajectorySampler,
         return Violation("position", names[j], float(time), point, not at_point, value, limit)
     return Violation("velocity", names[j], float(time), point, not at_point,
                      float(states_v[s, j]), float(vl[s, j]))
+
+
+def feedforward_violation(model: Model, sampler: TrajectorySampler, index: np.ndarray,
+                          effort_scale: float = 1.0) -> Violation | None:
+    """The first point of the reference ``sampler`` (over ``model``'s coordinates) whose
+    feed-forward effort on a coordinate of ``index`` (the commanded ones) is beyond
+    ``effort_scale`` × the URDF effort limit, None if none is. The feed-forward is linear
+    between the points, so the points bound it; the law's effort is clamped to that limit, so
+    a larger feed-forward can only drive the joint at its limit (joints without a limit, an
+    infinite one, are not checked). Point indices are the goal's (point 0 its first point)."""
+    _check_model(model)
+    if not sampler.feeds_forward:  # no point carries efforts: nothing to read
+        return None
+    limit = model.effort_limit[index] * effort_scale
+    over = sampler.has_effort[1:, None] & (np.abs(sampler.efforts[1:, index]) > limit)
+    if not over.any():
+        return None
+    point, j = np.unravel_index(int(np.argmax(over)), over.shape)
+    return Violation("effort", model.joint_names[int(index[j])], float(sampler.times[point + 1]),
+                     int(point), False, float(sampler.efforts[point + 1, index[j]]),
+                     float(limit[j]), f" (the point's feed-forward effort; effort_scale "
+                     f"{effort_scale:g} × the URDF effort limit)")
 
 
 def _segment_kinds(sampler: TrajectorySampler) -> list[np.ndarray]:

@@ -19,7 +19,7 @@ import numpy as np
 from rb_dynamics.dynamics import Dynamics, make_dynamics
 from rb_dynamics.model import Model, check_choice, name_list, repeated_names
 
-from .feasibility import motion_violation
+from .feasibility import feedforward_violation, motion_violation
 from .law import CONTROL_MODES, REFERENCE_MODES, ControlLaw, ControllerError, check_gains
 from .limits import EffortLimiter, bound_effort
 from .trajectory import (
@@ -183,6 +183,18 @@ def _refuse_infeasible(model: Model, sampler: TrajectorySampler) -> None:
     if violation is not None:
         raise ControllerError(f"trajectory: not feasible: {violation} (URDF limits; "
                               "refuse_infeasible_trajectories)")
+
+
+def _refuse_unfollowable(controller: JointController, sampler: TrajectorySampler) -> None:
+    """ControllerError for a new reference that leaves the URDF limits (``refuse_infeasible``:
+    ``_refuse_infeasible``) or whose feed-forward effort is beyond the clamp at a point
+    (``feasibility.feedforward_violation``: it could only drive the joint at its limit)."""
+    if controller.refuse_infeasible:
+        _refuse_infeasible(controller.model, sampler)
+    violation = feedforward_violation(controller.model, sampler, controller.index,
+                                      controller.effort_scale)
+    if violation is not None:
+        raise ControllerError(f"trajectory: not feasible: {violation}")
 
 
 def restart_trajectory(controller: JointController, now: float) -> bool:
@@ -398,8 +410,7 @@ class JointController:
                                         q_start, v_start, self.law.continuous, start_efforts)
         except TrajectoryError as exc:
             raise ControllerError(f"trajectory: {exc}") from None
-        if self.refuse_infeasible:
-            _refuse_infeasible(self.model, sampler)
+        _refuse_unfollowable(self, sampler)
         return sampler
 
     def set_trajectory(self, names: Sequence[str], points: Sequence[TrajectoryPoint],

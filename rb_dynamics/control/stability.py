@@ -49,8 +49,26 @@ wrist's 10⁻⁴ kg·m²): ``impedance_gains`` gives each joint the spring and d
 damped loop at one natural frequency on its own effective inertia, K = m ω², D = 2 m ω (or,
 for a given K, D = 2 √(K m)).
 
+The effective inertia changes with the pose, by 50× on a shoulder pan (others free, the arm
+folds so that the pan turns little but the shoulder link). Gains derived at one pose act at
+another as kp = ω² r, kd = 2ω r with r = m_derived / m(q): with a = kp T² = x² r and b = kd T =
+2x r (x = ωT) the bound a < √(9 − 8b) − 3 + 2b reads, for small b, x < 4/3 − 32 x r / 27, which
+a smaller r only relaxes; so a loop stable at r = 1 is stable at every r ≤ 1, and none is for
+r large (b = 2xr ≥ 1). ``impedance_gains_for`` therefore derives them on ``workspace_inertia``:
+per joint the smallest effective inertia over the reference configuration and
+``WORKSPACE_SAMPLES`` poses within the limits, so r ≤ 1 at the sampled poses and, between them,
+stays far below the r = 1/(2x) where damping fails (25 at 1 kHz and 2 Hz).
+
+For fixed gains the stable periods are an interval (0, T*): along T, a = (kp/kd²) b², and the
+bound √(9 − 8b) − 3 + 2b over b² falls as b grows, so a loop stable at T is stable at every
+shorter period. Gains unstable at ``MIN_STATE_PERIOD``, the shortest state period an arm's
+driver plausibly has, are therefore unstable at every rate a node can meet
+(``implausible_gain_problem``): they can be refused before any period is measured, even
+before the robot is known.
+
 ``StabilityGuard`` keeps the check running: it follows the period between joint states and
-checks the controller's active gains (``active_gain_problem``) when they change and whenever
+checks the controller's active gains (``active_gain_problem``) once the period is measured
+(``settled``: a node commands nothing from its law before), when they change and whenever
 the period has drifted, so gains set at start-up, a mode switched to and a driver that slows
 down are caught as well as a gain set at run time.
 """
@@ -64,21 +82,27 @@ from typing import Any
 import numpy as np
 
 __all__ = [
-    "DEFAULT_STATE_PERIOD",
+    "MIN_STATE_PERIOD",
     "StabilityGuard",
     "active_gain_problem",
     "effective_inertia",
     "gain_bound_violation",
+    "implausible_gain_problem",
     "impedance_gains",
     "impedance_gains_for",
     "integral_loop_stable",
     "max_stable_kd",
     "max_stable_ki",
     "max_stable_kp",
+    "reference_configuration",
+    "workspace_inertia",
 ]
 
-# the period assumed before the node has measured one (s): a 1 kHz driver
-DEFAULT_STATE_PERIOD = 1e-3
+# poses the inertia of impedance's derived gains is taken over (drawn with a fixed seed)
+WORKSPACE_SAMPLES = 1000
+# the shortest period between joint states a driver plausibly has (s): 10 kHz, above the
+# 1–8 kHz of arm drivers and their fieldbuses; gains unstable here are unstable at any rate
+MIN_STATE_PERIOD = 1e-4
 
 
 def max_stable_kd(period: float) -> float:
@@ -134,21 +158,48 @@ def impedance_gains(inertia: Sequence[float], frequency: float,
 
 
 def impedance_gains_for(controller: Any, frequency: float, stiffness: Sequence[float] | None,
-                        damping: Sequence[float] | None) -> tuple[np.ndarray, np.ndarray]:
+                        damping: Sequence[float] | None, dynamics: Any = None
+                        ) -> tuple[np.ndarray, np.ndarray]:
     """(K, D), one per commanded joint of ``controller``: the given ``stiffness`` and
     ``damping`` (one per commanded joint, or one for all), each one left None taken from
-    ``impedance_gains`` at ``frequency`` (Hz) on the joint's effective inertia at the reference
-    configuration (q = 0, each coordinate at the middle of its limits where 0 is outside
-    them): the same gains however the arm stands when the controller is built."""
-    model, index = controller.model, controller.index
-    q = np.zeros(model.nq)
-    outside = (model.position_lower > 0.0) | (model.position_upper < 0.0)
-    q[outside] = 0.5 * (model.position_lower[outside] + model.position_upper[outside])
-    inertia = effective_inertia(controller.law.dynamics.crba(q))[index]
+    ``impedance_gains`` at ``frequency`` (Hz) on the joint's smallest effective inertia over
+    the workspace (``workspace_inertia``: stable at every pose where they are at the smallest
+    inertia, module docstring): the same gains however the arm stands when the controller is
+    built. ``dynamics``: another robot's than the controller's (an overlay about to be
+    swapped in)."""
+    dynamics = dynamics or controller.law.dynamics
+    inertia = workspace_inertia(dynamics, dynamics.model)[controller.index]
     k, d = impedance_gains(inertia, frequency, stiffness)
     if damping is not None:
         d = np.broadcast_to(np.asarray(damping, float), d.shape).copy()
     return k, d
+
+
+def reference_configuration(model: Any) -> np.ndarray:
+    """q = 0, each coordinate at the middle of its limits where 0 is outside them: the pose
+    gains and bounds derived from the inertia start from, however the arm stands."""
+    q = np.zeros(model.nq)
+    outside = (model.position_lower > 0.0) | (model.position_upper < 0.0)
+    q[outside] = 0.5 * (model.position_lower[outside] + model.position_upper[outside])
+    return q
+
+
+def workspace_inertia(dynamics: Any, model: Any, samples: int = WORKSPACE_SAMPLES
+                      ) -> np.ndarray:
+    """Per velocity coordinate of ``model`` the smallest effective inertia (kg·m² or kg,
+    ``effective_inertia``) that ``dynamics`` gives at the reference configuration (q = 0, each
+    coordinate at the middle of its limits where 0 is outside them) and at ``samples`` poses
+    drawn uniformly within the position limits (±π where a joint has none), with a fixed seed:
+    the same every time. For a model with 1-DoF joints (q and q̇ alike)."""
+    low = np.where(np.isfinite(model.position_lower), model.position_lower, -math.pi)
+    high = np.where(np.isfinite(model.position_upper), model.position_upper, math.pi)
+    reference = reference_configuration(model)
+    poses = np.random.default_rng(0).uniform(low, high, (samples, model.nq))
+    masses = dynamics.crba(np.vstack([reference, poses]))
+    try:
+        return (1.0 / np.diagonal(np.linalg.inv(masses), axis1=1, axis2=2)).min(axis=0)
+    except np.linalg.LinAlgError:  # a singular one among them: one at a time
+        return np.min([effective_inertia(mass_matrix) for mass_matrix in masses], axis=0)
 
 
 def effective_inertia(mass_matrix: np.ndarray) -> np.ndarray:
@@ -193,13 +244,36 @@ def gain_bound_violation(kp: Sequence[float], kd: Sequence[float], period: float
     return None
 
 
+def implausible_gain_problem(kp: Sequence[float], kd: Sequence[float],
+                             ki: Sequence[float] | None = None) -> str | None:
+    """Why computed torque's ``kp``, ``kd`` (and ``ki``), one per joint or one for all, make
+    the sampled loop unstable at every state period a driver plausibly has (unstable at
+    ``MIN_STATE_PERIOD``: module docstring), naming the first bad entry; None when they are
+    stable there (and when their counts do not match: checked once the joints are known).
+    Needs no model: computed torque's gains act on the unit mass it makes of each joint."""
+    values = [np.asarray(kp, float), np.asarray(kd, float),
+              np.zeros(1) if ki is None else np.asarray(ki, float)]
+    try:
+        kp_, kd_, ki_ = np.broadcast_arrays(*values)
+    except ValueError:
+        return None
+    joints = ["every joint"] if kp_.size == 1 else [f"joint {j}" for j in range(kp_.size)]
+    why = gain_bound_violation(kp_.ravel(), kd_.ravel(), MIN_STATE_PERIOD, joints,
+                               ki=ki_.ravel())
+    if why is None:
+        return None
+    return (f"{why}, the shortest period a driver plausibly has ({1 / MIN_STATE_PERIOD:g} "
+            "Hz): unstable at every state rate")
+
+
 def active_gain_problem(controller: Any, period: float, mode: str | None = None,
-                        gains: dict[str, np.ndarray] | None = None) -> str | None:
+                        gains: dict[str, np.ndarray] | None = None,
+                        dynamics: Any = None) -> str | None:
     """Why the gains of ``controller``'s mode (``mode`` to check another; ``gains``: law gain
     arrays over v to use instead of the law's, by ``ControlLaw`` name) make its loop sampled
     every ``period`` s unstable (``gain_bound_violation``; impedance's on the effective inertia
-    at the measured state, at the zero configuration before one); None when stable, and in
-    gravity compensation, which has no loop."""
+    at the measured state, at the zero configuration before one; on ``dynamics`` when given,
+    else the law's); None when stable, and in gravity compensation, which has no loop."""
     law = controller.law
     mode = mode or law.mode
     if mode == "gravity_compensation":
@@ -214,7 +288,7 @@ def active_gain_problem(controller: Any, period: float, mode: str | None = None,
         return gain_bound_violation(gain("kp"), gain("kd"), period, controller.joints,
                                     ki=ki)
     q = controller.q if controller.q is not None else np.zeros(controller.model.nq)
-    inertia = effective_inertia(law.dynamics.crba(q))[controller.index]
+    inertia = effective_inertia((dynamics or law.dynamics).crba(q))[controller.index]
     return gain_bound_violation(gain("stiffness"), gain("damping"), period, controller.joints,
                                 ("impedance.stiffness", "impedance.damping"), inertia, ki)
 
@@ -228,13 +302,15 @@ class StabilityGuard:
     longer than the controller's ``max_state_age`` are not counted: the loop was stopped) and
     takes the period as the median of the last ``WINDOW`` of them, every ``EVERY`` states: a
     driver's rate, not bent by a pause (or by states sent by hand); then the check when due.
-    It returns the current problem (None: stable). The first check waits for ``SETTLE``
-    gaps, so the period is a measured one. ``min_period``: the shortest period between
-    commands (a publish-rate limit), which lengthens the loop's.
+    It returns the current problem (None: stable, or not yet checked). The first check waits
+    for ``SETTLE`` gaps, so the period is a measured one; until then ``settled`` is False and
+    the gains are unchecked: not to be commanded with. ``min_period``: the shortest period
+    between commands (a publish-rate limit), which lengthens the loop's.
     """
 
     DRIFT = 0.2
-    SETTLE = 20
+    SETTLE = 3  # a first period soon (states by hand are answered by the law within a few),
+    # refined every EVERY states over up to WINDOW gaps and checked again when it drifts
     WINDOW = 64
     EVERY = 16
 
@@ -253,10 +329,17 @@ class StabilityGuard:
         self._pending = True
 
     @property
+    def settled(self) -> bool:
+        """Whether the period is measured and the gains were checked at it (they are, with
+        the state that measures it)."""
+        return self._count >= self.SETTLE
+
+    @property
     def loop_period(self) -> float:
-        """The period the loop is checked at (s): the measured one, or ``DEFAULT_STATE_PERIOD``
-        before one is, never below ``min_period``."""
-        return max(self.period or DEFAULT_STATE_PERIOD, self.min_period)
+        """The period the loop is checked at (s): the measured one, or ``MIN_STATE_PERIOD``
+        before one is (what is unstable there is unstable at any rate), never below
+        ``min_period``."""
+        return max(self.period or MIN_STATE_PERIOD, self.min_period)
 
     def observe(self, controller: Any, t: float) -> str | None:
         gap, self._last = t - self._last, t

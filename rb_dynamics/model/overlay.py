@@ -37,6 +37,11 @@ The file is YAML::
       matrix: [[...], ...]
     provenance: {bag: ..., urdf: ..., created: ...}   # optional, free text
 
+A value written as YAML 1.2 writes numbers (``1.0e6``, which YAML 1.1 reads as a string) is
+read as that number. Whether the values fit the robot (friction within the effort limits, an
+armature within reason) is checked where the robot's dynamics are known
+(``rb_dynamics.control.overlay_checks``).
+
 Errors: ``OverlayError`` (a ``ValueError``) naming the file, joint and key: unknown keys or
 joints, negative or non-finite values, a Stribeck velocity in (0, 1e-6), a covariance of the
 wrong shape.
@@ -46,6 +51,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -81,6 +87,9 @@ _SIGNED = ("offset",)  # the one key that may be negative
 MAX_OVERLAY_BYTES = 10_000_000
 MAX_OVERLAY_DEPTH = 32  # levels of YAML nesting (an overlay has five)
 MIN_STRIBECK_VELOCITY = 1e-6  # rad/s or m/s; 0 is allowed: no Stribeck term
+# a number as YAML 1.2 writes it; YAML 1.1 (PyYAML) takes 1.0e6 and 1e6, without a dot or an
+# exponent sign, for strings
+_YAML_1_2_NUMBER = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
 
 
 class OverlayError(ValueError):
@@ -142,6 +151,8 @@ def _joint_values(joint: str, values: Any, where: str) -> dict[str, float]:
         if key not in OVERLAY_KEYS:
             raise OverlayError(f"{where}: joint {joint!r}: unknown key {key!r} (keys: "
                                f"{', '.join(OVERLAY_KEYS)})")
+        if isinstance(value, str) and _YAML_1_2_NUMBER.fullmatch(value.strip()):
+            value = float(value)  # YAML 1.1 reads 1.0e6 (no exponent sign) as a string
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise OverlayError(f"{where}: joint {joint!r}: {key} must be a number, got "
                                f"{value!r}")

@@ -24,6 +24,10 @@ The active gains are checked at the period the states come at (``stability``, a
 ``StabilityGuard``: after the first states, when the gains, mode or controller change, and when
 the period drifts): gains that make the sampled loop unstable are not commanded with; the stop
 command goes out once and the reason stays on the log and /diagnostics until they change.
+Until the period is measured the law's gains are unchecked, and computed torque and impedance
+answer each state with the stop command's effort instead (``stop_command`` gravity: the arm
+floats; none: nothing): a driver that waits for each command (lock-step) goes on, so the period
+gets measured, and the first command from the law comes only after the check.
 
 The other parts of the node talk to the loop through its methods: ``install`` a controller,
 ``start_publishing``/``stop_publishing``, ``suspended`` (set to a reason: no commands, whatever
@@ -85,6 +89,16 @@ FaultListener = Callable[[str, str, JointController], None]
 # With each joint state after its command is out (outside ``lock``), and the controller that
 # took it (None: no controller yet); one per key (the payload's, the contact monitor's).
 StateRecorder = Callable[[JointState, "JointController | None"], None]
+
+
+def stop_effort(stop_command: str, controller: JointController | None) -> np.ndarray | None:
+    """The effort ``stop_command`` (gravity, zero or none) leaves ``controller``'s arm with;
+    None: nothing is published."""
+    if stop_command == "none" or controller is None:
+        return None
+    if stop_command == "zero":
+        return np.zeros(len(controller.joints))
+    return holding_effort(controller)
 
 
 class ControlLoop:
@@ -164,13 +178,7 @@ class ControlLoop:
         if not self._commanding:
             return
         self._commanding = False
-        controller = self._controller
-        if self.stop_command == "none" or controller is None:
-            effort = None
-        elif self.stop_command == "zero":
-            effort = np.zeros(len(controller.joints))
-        else:
-            effort = holding_effort(controller)
+        effort = stop_effort(self.stop_command, self._controller)
         if effort is not None:
             self._publish(effort)
         self.node.get_logger().info(
@@ -343,6 +351,14 @@ class ControlLoop:
         self._last_state = state_time if simulated else now
         if not self._publishing or self.suspended or now - self._last_publish < self._min_period:
             return False
+        if not self.stability.settled and controller.mode in REFERENCE_MODES:
+            # the gains are unchecked until the period is measured: the stop command's effort
+            effort = stop_effort(self.stop_command, controller)
+            if effort is not None:
+                self._publish(effort)
+                self._commanding = True  # an unstable verdict sends the stop command again
+                self._account(now, 0.0, stamp)
+            return effort is not None
         started = time.perf_counter()
         try:  # the reference is sampled at the instant the state describes
             out = controller.compute(now, state_time)

@@ -8,7 +8,10 @@ and its bad entry. Impedance's stiffness and damping may be left empty: each joi
 that of a critically damped loop at ``impedance.frequency`` on its own inertia
 (``stability.impedance_gains_for``), as one value cannot suit a shoulder and a wrist alike.
 Gains that make the sampled loop unstable at the measured state period are refused naming
-the bound (``check_stable_gains``). The switches (``friction_compensation``, ``soft_limits``,
+the bound (``check_stable_gains``); computed torque's that are unstable at every period a driver
+plausibly has are refused at once, before a period is measured or a robot known
+(``check_plausible_gains``: a parameter file with them does not start the node). The switches
+(``friction_compensation``, ``soft_limits``,
 ``interpolate_from_desired_state``, ``refuse_infeasible_trajectories``), ``state_timeout``,
 ``effort_scale`` and the handling of joint states without velocities (``missing_velocity``,
 ``velocity_cutoff``) apply as they are.
@@ -22,10 +25,15 @@ from typing import Any
 import numpy as np
 
 from rb_dynamics.control import ControllerError, JointController, MissingVelocity, check_gains
-from rb_dynamics.control.stability import active_gain_problem, impedance_gains_for
+from rb_dynamics.control.stability import (
+    active_gain_problem,
+    impedance_gains_for,
+    implausible_gain_problem,
+)
 
 __all__ = ["GAINS", "IMPEDANCE", "LAW_PARAMETERS", "apply_law_changes", "check_command_hold",
-           "check_law_changes", "check_stable_gains", "controller_options", "impedance_gains"]
+           "check_law_changes", "check_plausible_gains", "check_stable_gains",
+           "controller_options", "impedance_gains"]
 
 # parameter → JointController.set_gains keyword; i_clamp alone may be inf (unclamped)
 GAINS = {"kp": "kp", "kd": "kd", "impedance.stiffness": "stiffness",
@@ -48,19 +56,20 @@ def check_law_changes(changes: dict[str, Any], count: int | None) -> dict[str, n
             for name, value in changes.items() if name in GAINS and name not in IMPEDANCE}
 
 
-def impedance_gains(controller: JointController | None, value: Callable[[str], Any]
-                    ) -> dict[str, np.ndarray]:
+def impedance_gains(controller: JointController | None, value: Callable[[str], Any],
+                    dynamics: Any = None) -> dict[str, np.ndarray]:
     """Impedance's ``stiffness`` and ``damping`` (``set_gains`` keywords, one per commanded
     joint) from the parameters (``value(name)``: the new value or the current one): given
-    ones validated, empty ones derived (``stability.impedance_gains_for``). Without a
-    controller only the given values are checked (and nothing returned)."""
+    ones validated, empty ones derived (``stability.impedance_gains_for``; on ``dynamics``
+    when given, else the controller's). Without a controller only the given values are
+    checked (and nothing returned)."""
     count = None if controller is None else len(controller.joints)
     given = {name: _check(name, value(name), count) if len(value(name)) else None
              for name in IMPEDANCE[:2]}
     if controller is None:
         return {}
     stiffness, damping = impedance_gains_for(controller, value("impedance.frequency"),
-                                             *given.values())
+                                             *given.values(), dynamics)
     return {"stiffness": stiffness, "damping": damping}
 
 
@@ -69,11 +78,12 @@ MODE_GAINS = {"computed_torque": ("kp", "kd", "ki"), "impedance": ("stiffness", 
 
 
 def check_stable_gains(controller: JointController, changes: dict[str, Any],
-                       gains: dict[str, np.ndarray], period: float) -> None:
+                       gains: dict[str, np.ndarray], period: float,
+                       dynamics: Any = None) -> None:
     """``ControllerError`` when ``changes`` (``gains``: their ``set_gains`` keywords) make
-    the loop sampled every ``period`` s unstable (``stability.active_gain_problem``): in the
-    mode switched to, and in every mode whose gains they change (refused when set, not when
-    that mode is switched to)."""
+    the loop sampled every ``period`` s unstable (``stability.active_gain_problem``, on
+    ``dynamics`` when given): in the mode switched to, and in every mode whose gains they
+    change (refused when set, not when that mode is switched to)."""
     index = controller.index
     over_v = {}
     for keyword, values in gains.items():
@@ -84,9 +94,18 @@ def check_stable_gains(controller: JointController, changes: dict[str, Any],
     if "mode" in changes:
         modes.append(changes["mode"])
     for mode in modes:
-        why = active_gain_problem(controller, period, mode, over_v)
+        why = active_gain_problem(controller, period, mode, over_v, dynamics)
         if why is not None:
             raise ControllerError(why)
+
+
+def check_plausible_gains(value: Callable[[str], Any]) -> None:
+    """``ControllerError`` when ``kp``, ``kd``, ``ki`` (``value(name)``: the new value or the
+    current one, valid ones) make computed torque's loop unstable at every state period
+    (``stability.implausible_gain_problem``)."""
+    why = implausible_gain_problem(value("kp"), value("kd"), value("ki"))
+    if why is not None:
+        raise ControllerError(why)
 
 
 def check_command_hold(max_publish_rate: float, state_timeout: float) -> None:

@@ -24,7 +24,13 @@ from typing import Any
 
 from rclpy.node import Node
 
-from rb_dynamics.control import ControllerError, JointController, swap_dynamics
+from rb_dynamics.control import (
+    ControllerError,
+    JointController,
+    command_step_problem,
+    overlay_problem,
+    swap_dynamics,
+)
 from rb_dynamics.dynamics import ConstraintSet, LiveDynamics
 from rb_dynamics.model import DynamicsOverlay, Model, apply_overlay, load_model, read_overlay
 from rb_dynamics.ros import parameters as ros_params
@@ -33,7 +39,7 @@ from rb_dynamics.ros.model_source import ModelSource
 from rb_dynamics.ros.runtime import LatestOnlyWorker, freeze_long_lived
 
 from .control_loop import ControlLoop
-from .law_parameters import impedance_gains
+from .law_parameters import check_stable_gains, impedance_gains
 
 __all__ = ["BuildController", "Installed", "ModelLoader"]
 
@@ -165,13 +171,15 @@ class ModelLoader:
                     f" ({self.refused})" if self.refused else ""))
             model = bare if overlay is None else _overlaid(bare, overlay, origin)
             dynamics = self._dynamics(model)
+            controller = self.loop.controller  # replaced only under ``_swap``
+            # impedance's derived gains follow the inertia the overlay gives
+            gains = {} if controller is None else impedance_gains(
+                controller, lambda name: self.node.get_parameter(name).value, dynamics)
             with self.loop.lock:
-                controller = self.loop.controller
                 if controller is not None:
+                    _check_swap(controller, dynamics, gains, self.loop.stability.loop_period)
                     swap_dynamics(controller, dynamics)
-                    # impedance's derived gains follow the inertia the overlay gives
-                    controller.set_gains(**impedance_gains(
-                        controller, lambda name: self.node.get_parameter(name).value))
+                    controller.set_gains(**gains)
                     self.loop.stability.recheck()
                 self.model, self.dynamics = model, dynamics
                 self.overlay, self.overlay_origin = overlay, origin if overlay else ""
@@ -202,8 +210,29 @@ class ModelLoader:
 
 
 def _overlaid(model: Model, overlay: DynamicsOverlay, origin: str) -> Model:
-    """``model`` with ``overlay``; ValueError naming where it came from when it does not fit."""
+    """``model`` with ``overlay``; ValueError naming where it came from when it does not fit
+    or describes no robot ``model`` can be (``control.overlay_checks.overlay_problem``)."""
     try:
-        return apply_overlay(model, overlay)
+        overlaid = apply_overlay(model, overlay)
     except ValueError as exc:
         raise ValueError(f"the dynamics overlay ({origin}) does not fit: {exc}") from None
+    why = overlay_problem(model, overlaid, overlay)
+    if why is not None:
+        raise ValueError(f"the dynamics overlay ({origin}) is not plausible for "
+                         f"{model.name!r}: {why}")
+    return overlaid
+
+
+def _check_swap(controller: JointController, dynamics: LiveDynamics,
+                gains: dict[str, Any], period: float) -> None:
+    """ValueError (nothing changed) when the controller's gains (impedance's derived ones:
+    ``gains``) make its loop unstable at ``period`` on the new ``dynamics``, as a gain change
+    would, or the swap would move its command by more than a bound in one step
+    (``control.overlay_checks.command_step_problem``). Call under the loop's lock."""
+    try:
+        check_stable_gains(controller, {"mode": controller.mode}, gains, period, dynamics)
+    except ControllerError as exc:
+        raise ValueError(f"the dynamics overlay is refused: {exc}") from None
+    why = command_step_problem(controller, dynamics)
+    if why is not None:
+        raise ValueError(f"the dynamics overlay is refused: {why}")

@@ -55,7 +55,8 @@ from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackRet
 from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 
-from rb_dynamics.control import JointController
+from rb_dynamics.control import ControllerError, JointController
+from rb_dynamics.control.stability import MIN_STATE_PERIOD, active_gain_problem
 from rb_dynamics.dynamics import LiveDynamics
 from rb_dynamics.model import Model
 from rb_dynamics.ros import parameters as ros_params
@@ -72,6 +73,7 @@ from .law_parameters import (
     apply_law_changes,
     check_command_hold,
     check_law_changes,
+    check_plausible_gains,
     check_stable_gains,
     controller_options,
     impedance_gains,
@@ -97,6 +99,7 @@ class ControlNode(LifecycleNode):
         ros_params.declare(self, PARAMETERS)
         settings = ros_params.read(self, PARAMETERS)  # a bad file: the node does not start
         check_law_changes(settings, None)  # the gains' values; their count with a model
+        check_plausible_gains(settings.get)  # unstable at any state rate: not started
         check_command_hold(settings["max_publish_rate"], settings["state_timeout"])
         self.lifecycle_state = "unconfigured"
         self.warn = ThrottledLogger(self.get_logger())
@@ -167,6 +170,11 @@ class ControlNode(LifecycleNode):
         controller = JointController(model, joints, dynamics=dynamics,
                                      **controller_options(value))
         controller.set_gains(**impedance_gains(controller, value))
+        # impedance's gains act on the inertia: checked once it is known (refused: retried)
+        why = active_gain_problem(controller, MIN_STATE_PERIOD, "impedance")
+        if why is not None:
+            raise ControllerError(f"{why}, the shortest period a driver plausibly has: "
+                                  "unstable at every state rate")
         controller.effort_scale = value("effort_scale")
         self.payload.attach(controller)
         return controller
@@ -231,6 +239,9 @@ class ControlNode(LifecycleNode):
             c = self.loop.controller
             count = None if c is None else len(c.joints)
             gains = check_law_changes(changes, count)
+            if {"kp", "kd", "ki"} & set(changes):
+                check_plausible_gains(
+                    lambda name: changes.get(name, self.get_parameter(name).value))
             if set(IMPEDANCE) & set(changes):
                 gains.update(impedance_gains(
                     c, lambda name: changes.get(name, self.get_parameter(name).value)))
