@@ -1,5 +1,5 @@
 # Everything runs from ./.venv, set up by scripts/setup_env.sh (idempotent: seconds when done).
-.PHONY: setup run test bench lint parameters clean
+.PHONY: setup run test test-fast bench lint parameters clean
 
 # ROS 2 wheels from PyPI: jazzy (LTS, default) or kilted, each in its own venv
 ROS_WHEELS ?= jazzy
@@ -31,6 +31,11 @@ TESTS ?= test
 
 test: setup
 	$(PY) -m pytest $(TESTS) -q
+
+# the tests that need no ROS (the engine, control, simulation, identification): the ones that
+# talk to ROS are marked ``ros`` by test/conftest.py
+test-fast: setup
+	$(PY) -m pytest $(TESTS) -q -m "not ros"
 
 # benchmarks (not tests): dynamics against Pinocchio, then the 1 kHz latency through the node
 bench: setup

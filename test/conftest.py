@@ -7,6 +7,8 @@ on domain 0) apart; child processes inherit these variables. Loopback is spelled
 installed distribution wants it (rb_dynamics.ros.environment): Jazzy warns about Humble's spelling.
 """
 
+import ast
+import functools
 import gc
 import os
 import sys
@@ -66,3 +68,53 @@ def pytest_terminal_summary(terminalreporter) -> None:
         cells = [accuracy.get((robot, quantity)) for robot in robots]
         write(f"{quantity:<28}" + "".join(f"{c:>17.1e}" if c is not None else f"{'-':>17}"
                                           for c in cells))
+
+
+# ----------------------------------------------------------------------------- the two tiers
+# A test module that talks to ROS — it imports rclpy, a message package, the package's ROS
+# layer, or a helper of this folder that does — is marked ``ros``: ``make test-fast`` runs the
+# others (``-m "not ros"``), the engine, control, simulation and identification without ROS.
+TEST_DIR = os.path.dirname(os.path.abspath(__file__))
+ROS_TOP_LEVEL = ("rclpy", "launch", "launch_ros", "rosidl_runtime_py")
+
+
+def _imports(path: str) -> set[str]:
+    """The modules ``path`` imports, and those it names in a string (``python -m …`` in a
+    child process)."""
+    with open(path) as source:
+        tree = ast.parse(source.read())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and node.value.startswith(("rb_dynamics.ros", "rb_dynamics.demo")):
+            names.add(node.value)
+    return names
+
+
+@functools.cache
+def talks_to_ros(path: str) -> bool:
+    """Whether the test module (or helper) at ``path`` imports ROS, directly or through a
+    helper module of this folder."""
+    for name in _imports(path):
+        top = name.split(".")[0]
+        if top in ROS_TOP_LEVEL or top.endswith(("_msgs", "_srvs", "_interfaces")) \
+                or name.startswith(("rb_dynamics.ros", "rb_dynamics.demo")):
+            return True
+        helper = os.path.join(TEST_DIR, f"{top}.py")
+        if os.path.isfile(helper) and helper != path and talks_to_ros(helper):
+            return True
+    return False
+
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line("markers", "ros: the test talks to ROS (nodes, DDS, messages)")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        if talks_to_ros(str(item.path)):
+            item.add_marker(pytest.mark.ros)
