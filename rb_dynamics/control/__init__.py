@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Control without ROS: the control law, gravity compensation, computed torque and
-impedance (``law``); joint trajectories, their spline and sampler (``trajectory``);
+impedance (``law``); a link held at a pose by a spring and damper in space
+(``cartesian``); joint trajectories, their spline and sampler (``trajectory``);
 ``JointController``, both mapped by joint name (``joint_controller``); the effort bounds of
 ros2_control's soft joint limits (``limits``); joint velocities from positions
 (``velocity``); the feasibility of a trajectory against the URDF's limits (``feasibility``);
@@ -10,6 +11,15 @@ collisions detected on them (``collision``).
 Imports ``rb_dynamics.dynamics`` and ``rb_dynamics.model``.
 """
 
+from .cartesian import (
+    CARTESIAN_FRAMES,
+    CartesianGains,
+    CartesianImpedance,
+    CartesianState,
+    critical_damping,
+    pose_error,
+    step_toward,
+)
 from .collision import REACTIONS, Collision, CollisionDetector
 from .feasibility import (
     DEFAULT_SAMPLES_PER_SEGMENT,
@@ -59,6 +69,13 @@ from .trajectory import (
 from .velocity import MISSING_VELOCITY, MissingVelocity, VelocityFromPositions
 
 __all__ = [
+    "CARTESIAN_FRAMES",
+    "CartesianGains",
+    "CartesianImpedance",
+    "CartesianState",
+    "critical_damping",
+    "pose_error",
+    "step_toward",
     "CONTROL_MODES",
     "Collision",
     "CollisionDetector",

@@ -21,6 +21,8 @@ __all__ = [
     "plux_inverse",
     "quat_to_matrix",
     "rotation_about_axis",
+    "rotation_exp",
+    "rotation_log",
     "rpy_to_matrix",
     "skew",
     "transform_parts",
@@ -47,6 +49,37 @@ def rotation_about_axis(axis: np.ndarray, angle: np.ndarray | float) -> np.ndarr
     s = np.sin(angle)[..., None, None]
     c = np.cos(angle)[..., None, None]
     return np.eye(3) + s * k + (1.0 - c) * (k @ k)
+
+
+def rotation_log(R: np.ndarray) -> np.ndarray:
+    """The rotation vector φ (rad) of one rotation matrix: R = exp(φ×), |φ| in [0, π].
+
+    Near π the axis is read from the symmetric part R + Rᵀ = 2 cos θ I + 2 (1 − cos θ) n nᵀ
+    (the antisymmetric part vanishes there); near 0, φ ≈ vee(R − Rᵀ)/2."""
+    R = np.asarray(R, dtype=float)
+    vee = 0.5 * np.array([R[2, 1] - R[1, 2], R[0, 2] - R[2, 0], R[1, 0] - R[0, 1]])
+    cos_angle = min(max(0.5 * (np.trace(R) - 1.0), -1.0), 1.0)
+    sin_angle = float(np.linalg.norm(vee))
+    angle = float(np.arctan2(sin_angle, cos_angle))
+    if angle < 1e-8:
+        return vee
+    if angle < np.pi - 1e-4:
+        return vee * (angle / sin_angle)
+    nn = (R + R.T - 2.0 * cos_angle * np.eye(3)) / (2.0 * (1.0 - cos_angle))
+    k = int(np.argmax(np.diag(nn)))
+    axis = nn[k] / np.sqrt(nn[k, k])
+    if axis @ vee < 0.0:
+        axis = -axis
+    return angle * axis
+
+
+def rotation_exp(phi: np.ndarray) -> np.ndarray:
+    """The rotation matrix exp(φ×) of a rotation vector φ (rad): Rodrigues' formula."""
+    phi = np.asarray(phi, dtype=float)
+    angle = float(np.linalg.norm(phi))
+    if angle < 1e-12:
+        return np.eye(3) + skew(phi)
+    return rotation_about_axis(phi / angle, angle)
 
 
 def rpy_to_matrix(rpy: np.ndarray) -> np.ndarray:
