@@ -311,3 +311,13 @@ def test_a_target_out_of_reach_is_held_at_the_nearest_pose_without_windup(ur5):
     returned = np.array([np.linalg.norm(s.error[:3]) for s in loop.states[back:]])
     print(f"back in reach: {returned[-1] * 1e3:.3f} mm from the start pose after 3 s")
     assert returned[-1] < 1e-3
+
+
+def test_gains_the_sampled_loop_cannot_take_are_named(ur5):
+    law = CartesianImpedance(ur5, default_payload_link(ur5.model))
+    assert law.gain_problem(UR5_HOME, PERIOD) is None  # the defaults, at 1 kHz
+    stiff = CartesianGains(np.full(3, 500.0), [30.0, 30.0, 3.0e5])
+    text = law.gain_problem(UR5_HOME, PERIOD, stiff)
+    assert text is not None and "cartesian stiffness 300000 on axis rz (base frame, " \
+        "cartesian.rotational_stiffness) makes the sampled loop unstable" in text, text
+    assert law.gain_problem(UR5_HOME, 1e-4, stiff) is None  # a 10 kHz loop takes them

@@ -53,7 +53,7 @@ from rb_dynamics.dynamics import Dynamics, LinkWrench, PayloadEffort, friction_e
 from rb_dynamics.model import Model, check_choice, finite_array, rotation_exp, rotation_log
 
 from .law import ControllerError, check_gains, position_error
-from .stability import effective_inertia, gain_bound_violation
+from .stability import effective_inertia, gain_bound_violation, max_stable_kp
 
 __all__ = [
     "CARTESIAN_FRAMES",
@@ -116,7 +116,7 @@ class CartesianGains:
     each joint's effective inertia)."""
 
     translational_stiffness: np.ndarray = field(default_factory=lambda: np.full(3, 500.0))
-    rotational_stiffness: np.ndarray = field(default_factory=lambda: np.full(3, 30.0))
+    rotational_stiffness: np.ndarray = field(default_factory=lambda: np.full(3, 10.0))
     frame: str = "base"
     damping: np.ndarray | None = None
     damping_ratio: float = 1.0
@@ -200,6 +200,16 @@ class CartesianImpedance:
         self.payload = payload
         self.target: np.ndarray | None = None  # the pose held now (4×4, base)
         self.goal: np.ndarray | None = None  # the pose asked for, reached at the rate limits
+        self.last: CartesianState | None = None  # the last evaluation (a node publishes it)
+        # since take_period: the smallest singular value of J and the evaluations damped
+        self.smallest_seen, self.damped_count = math.inf, 0
+
+    def take_period(self) -> tuple[float, int]:
+        """(smallest singular value of J, evaluations damped) since the last call; a new
+        period starts."""
+        out = (self.smallest_seen, self.damped_count)
+        self.smallest_seen, self.damped_count = math.inf, 0
+        return out
 
     # ------------------------------------------------------------------ settings
     def set_gains(self, gains: CartesianGains) -> None:
@@ -339,6 +349,9 @@ class CartesianImpedance:
             tau = tau + self._null_space_effort(q, v, J_used, M, Lambda)
         state = CartesianState(pose, self.target.copy(), error, wrench, velocity, smallest,
                                damped)
+        self.last = state
+        self.smallest_seen = min(self.smallest_seen, smallest)
+        self.damped_count += damped
         return tau, state
 
     def _null_space_effort(self, q, v, J, M, Lambda) -> np.ndarray:
@@ -354,24 +367,42 @@ class CartesianImpedance:
     def gain_problem(self, q: np.ndarray, period: float,
                      gains: CartesianGains | None = None) -> str | None:
         """Why ``gains`` (default: the active ones) make the loop sampled every ``period`` s
-        unstable at ``q``, naming the axis or joint and the bound; None when stable. Each
-        axis of the stiffness frame is a spring and damper on the inertia the link shows
-        along it, 1 / (Λ⁻¹)_ii (``stability.effective_inertia`` of Λ in that frame); each
-        posture joint on its own effective inertia."""
+        unstable at ``q``, naming the mode, the gain and the bound; None when stable.
+
+        The spring and damper act on Λ(q), in the modes of Λ ẍ + K x = 0 (K φ = ω² Λ φ),
+        each named by the axis whose spring makes most of its stiffness. With the designed
+        damping the modes are decoupled: each is a loop kp = ω², kd = 2 ζ ω, checked as
+        ``stability.max_stable_kp`` bounds it. With a given damping each mode φ (unit length,
+        frame axes) is taken as a spring φᵀ K φ and a damper φᵀ D φ on the inertia φᵀ Λ φ
+        (``stability.gain_bound_violation``; the coupling through D is left out). Each posture
+        joint is checked on its own effective inertia."""
         gains = gains or self.gains
         posture_k, posture_d = self._posture_gains(gains)
         _, M, Lambda, _, _ = self.operational_terms(q)
         R = self._frame_rotation(gains, q)
         T = np.kron(np.eye(2), R)  # frame axes → base axes; Tᵀ X T is X in frame axes
         k = np.concatenate([gains.translational_stiffness, gains.rotational_stiffness])
+        K = np.diag(k)
+        Lambda_f = T.T @ Lambda @ T
+        D = None if gains.damping is None else np.diag(gains.damping)
+        L = np.linalg.cholesky(Lambda_f)
+        C = np.linalg.solve(L, np.linalg.solve(L, K).T)
+        omega_sq, W = np.linalg.eigh(0.5 * (C + C.T))
+        modes = np.linalg.solve(L.T, W)  # Φ: Φᵀ Λ Φ = I, Φᵀ K Φ = diag(ω²)
+        modes /= np.linalg.norm(modes, axis=0)
+        share = modes**2 * k[:, None]  # each axis' spring in each mode's stiffness
+        axes = [int(np.argmax(share[:, i] if share[:, i].any() else np.abs(modes[:, i])))
+                for i in range(6)]
         if gains.damping is None:
-            d = np.diag(T.T @ critical_damping(Lambda, _in_frame(R, k), gains.damping_ratio)
-                        @ T)
+            problem = _mode_problem(np.sqrt(np.clip(omega_sq, 0.0, None)), axes, k,
+                                    gains.damping_ratio, period, gains.frame)
         else:
-            d = gains.damping
-        problem = gain_bound_violation(
-            k, d, period, [f"axis {a} ({gains.frame} frame)" for a in _AXES],
-            ("cartesian stiffness", "cartesian damping"), effective_inertia(T.T @ Lambda @ T))
+            problem = gain_bound_violation(
+                np.einsum("ji,jk,ki->i", modes, K, modes),
+                np.einsum("ji,jk,ki->i", modes, D, modes), period,
+                [f"the mode along {_AXES[a]} ({gains.frame} frame)" for a in axes],
+                ("cartesian stiffness", "cartesian damping"),
+                np.einsum("ji,jk,ki->i", modes, Lambda_f, modes))
         if problem is None and posture_k.any():
             inertia = effective_inertia(M)
             if posture_d is None:
@@ -380,6 +411,34 @@ class CartesianImpedance:
                 posture_k, posture_d, period, self.model.velocity_names,
                 ("cartesian.posture_stiffness", "cartesian.posture_damping"), inertia)
         return problem
+
+
+def _mode_stable(omega: float, ratio: float, period: float) -> bool:
+    kd = 2.0 * ratio * omega
+    return omega == 0.0 or (kd * period < 1.0 and omega**2 < max_stable_kp(kd, period))
+
+
+def _mode_problem(omega: np.ndarray, axes: list[int], stiffness: np.ndarray, ratio: float,
+                  period: float, frame: str) -> str | None:
+    """Why a critically (``ratio``) damped mode at ω (rad/s) is unstable sampled every
+    ``period`` s, naming its axis, its stiffness and the highest frequency that is stable
+    (found by bisection); None when every mode is stable."""
+    for w, axis in zip(omega, axes):
+        if _mode_stable(float(w), ratio, period):
+            continue
+        low, high = 0.0, float(w)
+        while high - low > 1e-6 * high:
+            middle = 0.5 * (low + high)
+            low, high = (middle, high) if _mode_stable(middle, ratio, period) else (low, middle)
+        name = ("cartesian.translational_stiffness" if axis < 3
+                else "cartesian.rotational_stiffness")
+        k = stiffness[axis]
+        return (f"cartesian stiffness {k:g} on axis {_AXES[axis]} ({frame} frame, {name}) "
+                f"makes the sampled loop unstable: its mode oscillates at "
+                f"{w / (2 * math.pi):.4g} Hz on the link's inertia, at most "
+                f"{low / (2 * math.pi):.4g} Hz at the state period {period * 1e3:.3g} ms with "
+                f"damping ratio {ratio:g} (about {k * (low / w) ** 2:.4g} on that axis)")
+    return None
 
 
 def _in_frame(R: np.ndarray, diagonal: np.ndarray) -> np.ndarray:
