@@ -321,3 +321,28 @@ def test_gains_the_sampled_loop_cannot_take_are_named(ur5):
     assert text is not None and "cartesian stiffness 300000 on axis rz (base frame, " \
         "cartesian.rotational_stiffness) makes the sampled loop unstable" in text, text
     assert law.gain_problem(UR5_HOME, 1e-4, stiff) is None  # a 10 kHz loop takes them
+
+
+def test_hand_guiding_leaves_the_tool_where_the_hand_leaves_it(ur5):
+    """Stiffness 0: gravity and the arm's dynamics compensated, the tool free; a hand (the
+    simulator's external wrench) moves it, and it stays where it is left."""
+    law = CartesianImpedance(ur5, default_payload_link(ur5.model),
+                             CartesianGains(np.zeros(3), np.zeros(3),
+                                            damping=np.array([40.0, 40.0, 40.0, 0.5, 0.5, 0.5])))
+    loop = Loop(law, UR5_HOME)
+    start = law.pose(UR5_HOME)[:3, 3]
+    loop.run(0.5)
+    still = np.linalg.norm(loop.positions()[-1] - start)
+    loop.wrench = np.array([5.0, 0.0, 0.0, 0.0, 0.0, 0.0])  # the hand, along base x
+    loop.run(0.5)
+    loop.wrench = None
+    loop.sim.set_external_wrench(None)
+    loop.run(1.5)
+    left = loop.positions()[-1]
+    loop.run(0.5)
+    moved, after = left - start, np.linalg.norm(loop.positions()[-1] - left)
+    print(f"\nhand guiding: {still * 1e3:.4f} mm before the push; moved "
+          f"{np.array2string(moved * 1e3, precision=1)} mm; then {after * 1e3:.4f} mm in 0.5 s")
+    assert still < 1e-4  # gravity compensated: the free tool does not sag
+    assert moved[0] > 0.02 and abs(moved[0]) > 3 * np.abs(moved[1:]).max()
+    assert after < 1e-3  # left where the hand left it: no spring pulls it back
