@@ -4,7 +4,7 @@ control node in ``cartesian_impedance`` on sim time, real DDS.
 
 - ~/target_pose moves the tool to the target (in the root frame and in the tool's own frame);
   ~/cartesian/pose, ~/cartesian/error and ~/cartesian/wrench report it; a target in a frame the
-  model does not know is ignored, naming it.
+  model does not know, with NaN or with a zero quaternion is ignored, saying why.
 - A node in another mode ignores targets and says which mode to set; switched to
   cartesian_impedance it holds the tool where it is, then takes targets.
 - A stiffness the sampled loop cannot take is refused naming the axis and the bound; a bad value
@@ -150,6 +150,12 @@ def test_target_pose_moves_the_tool_and_the_state_topics_report_it(tmp_path):
         loop.send(_pose([0.3, 0.0, 0.0], "camera_link"))
         assert loop.control.wait_for_log("target_pose ignored: unknown frame 'camera_link'",
                                          10.0), loop.logs()
+        loop.send(_pose([math.nan, 0.0, 0.0]))
+        assert loop.control.wait_for_log("target_pose ignored: the pose is not finite", 10.0), \
+            loop.logs()
+        loop.send(_pose([0.0, 0.0, 0.0], "", (0.0, 0.0, 0.0, 0.0)))
+        assert loop.control.wait_for_log("target_pose ignored: the orientation quaternion has "
+                                         "zero norm", 10.0), loop.logs()
         loop.run_for(0.5)
         assert np.linalg.norm(loop.tool()[:3, 3] - before[:3, 3]) < 1e-3
     finally:

@@ -67,6 +67,8 @@ __all__ = [
 
 CARTESIAN_FRAMES = ("base", "target")
 _AXES = ("x", "y", "z", "rx", "ry", "rz")
+_BASE_AXES = np.eye(3)
+_BASE_AXES.flags.writeable = False
 
 
 def pose_error(pose: np.ndarray, target: np.ndarray) -> np.ndarray:
@@ -276,12 +278,12 @@ class CartesianImpedance:
         rate limits. ControllerError unless it is a finite rigid transform."""
         self.goal = _rigid_transform(pose)
         if self.target is None:
-            self.target = self.goal.copy()
+            self.target = self.goal
 
     def reset_target(self, pose: np.ndarray) -> None:
         """Hold ``pose`` at once (no rate limit)."""
         self.goal = _rigid_transform(pose)
-        self.target = self.goal.copy()
+        self.target = self.goal  # the same array: reached (neither is changed in place)
 
     # ------------------------------------------------------------------ the law
     def _frame_rotation(self, gains: CartesianGains, q: np.ndarray | None = None
@@ -289,7 +291,7 @@ class CartesianImpedance:
         """The stiffness frame's axes in the base: the target's (the pose at ``q`` before
         there is one) or the base's."""
         if gains.frame != "target":
-            return np.eye(3)
+            return _BASE_AXES
         return (self.target if self.target is not None else self.pose(q))[:3, :3]
 
     def stiffness_matrix(self) -> np.ndarray:
@@ -300,10 +302,10 @@ class CartesianImpedance:
 
     def operational_terms(self, q: np.ndarray, J: np.ndarray | None = None
                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, bool]:
-        """(J, M, Λ, σ, damped) at ``q``: the link's Jacobian (base axes), the joint-space
-        inertia, the operational-space inertia (from the damped Jacobian below the
-        threshold), the smallest singular value of J and whether it was damped. ``J``: the
-        Jacobian at ``q`` when the caller has it."""
+        """(J_used, M, Λ, σ, damped) at ``q``: the Jacobian Λ and the projector are computed
+        from (the link's, base axes; J_λ below the threshold), the joint-space inertia, the
+        operational-space inertia, the smallest singular value of the link's J and whether
+        it was damped. ``J``: the link's Jacobian at ``q`` when the caller has it."""
         if J is None:
             J = self._kinematics.pose_and_jacobian(q)[1]
         M = self.dynamics.crba(q)
@@ -325,9 +327,11 @@ class CartesianImpedance:
         if self.target is None:
             raise ControllerError("cartesian impedance has no target yet: hold(q) or "
                                   "set_target(pose) first")
-        if dt > 0.0 and self.goal is not None:
+        if dt > 0.0 and self.goal is not None and self.target is not self.goal:
             self.target = step_toward(self.target, self.goal, self.max_linear_rate * dt,
                                       self.max_angular_rate * dt)
+            if np.array_equal(self.target, self.goal):
+                self.target = self.goal  # reached: no more steps until a new goal
         gains = self.gains
         pose, J_true = self._kinematics.pose_and_jacobian(q)
         J_used, M, Lambda, smallest, damped = self.operational_terms(q, J_true)

@@ -63,10 +63,10 @@ def pose_from_message(msg: PoseStamped) -> np.ndarray:
     p, o = msg.pose.position, msg.pose.orientation
     values = np.array([p.x, p.y, p.z, o.x, o.y, o.z, o.w], dtype=float)
     if not np.isfinite(values).all():
-        raise ControllerError(f"target_pose: not finite: {values.tolist()}")
+        raise ControllerError(f"the pose is not finite: {values.tolist()}")
     norm = float(np.linalg.norm(values[3:]))
     if norm < 1e-9:
-        raise ControllerError("target_pose: the orientation quaternion has zero norm")
+        raise ControllerError("the orientation quaternion has zero norm")
     T = np.eye(4)
     T[:3, :3] = quat_to_matrix(values[3:] / norm)
     T[:3, 3] = values[:3]
@@ -168,7 +168,9 @@ class CartesianMode:
                     controller.law.cartesian.set_target(T)
                     self.targets += 1
         except (ControllerError, ValueError) as exc:
-            self.loop.problem(f"target_pose ignored: {exc}", "target_pose")
+            # throttled per reason (its first clause), not per value
+            self.loop.problem(f"target_pose ignored: {exc}",
+                              f"target_pose: {str(exc).split(':')[0]}")
 
     # ------------------------------------------------------------------ parameters
 
