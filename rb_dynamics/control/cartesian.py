@@ -346,7 +346,11 @@ class CartesianImpedance:
         tau = self.dynamics.nonlinear_effects(q, v) + J_true.T @ wrench
         if self.payload is not None:
             tau = tau + self.payload.effort(q, v, np.zeros(self.model.nv))
-        if self.friction_compensation:
+        if self.friction_compensation and not K.any():
+            # hand guiding, as gravity compensation: at the measured velocity. With a spring
+            # the target is at rest (q̇_d = 0, the joint modes' reference velocity): f(0) = 0;
+            # compensating from the measured velocity there is a high-gain positive feedback
+            # (the Coulomb term's slope at rest) the spring's damping does not outweigh
             tau = tau + friction_effort(self.model, v)
         if self.posture is not None and (
                 self._posture_k.any() or (self._posture_d is not None and self._posture_d.any())):

@@ -110,7 +110,8 @@ class ControlLaw:
 
     ``cartesian`` (a ``CartesianImpedance``; None: the mode is refused) is the law of
     ``cartesian_impedance``, evaluated with this law's dynamics, payload and friction switch
-    (at the measured velocity, as in gravity compensation). Each new hold position
+    (at the measured velocity with both stiffnesses 0, hand guiding, as in gravity
+    compensation; else at the target's velocity, 0). Each new hold position
     ``q_d`` (a new object: activation, a mode switch, a collision's hold) makes it hold the
     link where it is, as the joint modes hold the measured position.
     """

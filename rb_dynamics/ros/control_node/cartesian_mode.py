@@ -282,7 +282,8 @@ class CartesianMode:
         array = DiagnosticArray()
         array.header.stamp = self.node.get_clock().now().to_msg()
         item = status(self.node.get_name(), level, message, values)
-        item.name = f"{self.node.get_name()}: cartesian"
+        # its own hardware_id, as the contact status: "the node's status" stays the controller's
+        item.name = item.hardware_id = f"{self.node.get_name()}: cartesian"
         array.status = [item]
         self.diagnostics_pub.publish(array)
 
