@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Control without ROS: the control law, gravity compensation, computed torque and
-impedance (``law``); joint trajectories, their spline and sampler (``trajectory``);
+impedance (``law``); a link held at a pose by a spring and damper in space
+(``cartesian``); joint trajectories, their spline and sampler (``trajectory``);
 ``JointController``, both mapped by joint name (``joint_controller``); the effort bounds of
 ros2_control's soft joint limits (``limits``); joint velocities from positions
 (``velocity``); the feasibility of a trajectory against the URDF's limits (``feasibility``);
@@ -11,6 +12,15 @@ the command it changes (``overlay_checks``).
 Imports ``rb_dynamics.dynamics`` and ``rb_dynamics.model``.
 """
 
+from .cartesian import (
+    CARTESIAN_FRAMES,
+    CartesianGains,
+    CartesianImpedance,
+    CartesianState,
+    critical_damping,
+    pose_error,
+    step_toward,
+)
 from .collision import REACTIONS, Collision, CollisionDetector
 from .feasibility import (
     DEFAULT_SAMPLES_PER_SEGMENT,
@@ -67,6 +77,13 @@ from .velocity import MISSING_VELOCITY, MissingVelocity, VelocityFromPositions
 
 __all__ = [
     "ARMATURE_FACTOR",
+    "CARTESIAN_FRAMES",
+    "CartesianGains",
+    "CartesianImpedance",
+    "CartesianState",
+    "critical_damping",
+    "pose_error",
+    "step_toward",
     "CONTROL_MODES",
     "Collision",
     "CollisionDetector",

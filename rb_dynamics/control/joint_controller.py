@@ -520,7 +520,7 @@ class JointController:
                 f"{self.max_state_age * 1e3:.0f} ms)"
             )
         dt = 0.0
-        integrating = self.law.integrating
+        integrating = self.law.timed  # the integral term, the Cartesian target's rate
         if integrating:  # over the time between the states (0 for the same state)
             dt = max(self.state_time - self._integral_time, 0.0)
             self._integral_time = self.state_time

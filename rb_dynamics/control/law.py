@@ -7,7 +7,9 @@ One law (``ControlLaw``) serves the control node, ``~/simulate`` and the tests:
 - ``computed_torque``: τ = M(q)(q̈_d + K_d(q̇_d − q̇) + K_p(q_d − q) + i) + C(q, q̇)q̇ + g(q),
   evaluated as one RNEA call with the commanded acceleration;
 - ``impedance``: τ = g(q) + K(q_d − q) + D(q̇_d − q̇) + i, a joint-space spring and damper
-  toward the reference on top of gravity compensation.
+  toward the reference on top of gravity compensation;
+- ``cartesian_impedance``: a link held at a pose by a spring and damper in space
+  (``cartesian.CartesianImpedance``, set as ``ControlLaw.cartesian``).
 
 ``i`` is the integral action (``ControlLaw.integrate``): off unless ``ki`` > 0. With a
 trajectory the sampled point's effort is added to τ as feed-forward (``feedforward``).
@@ -19,11 +21,15 @@ or m/s, N·m or N).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from rb_dynamics.dynamics import Dynamics, PayloadEffort, friction_effort
 from rb_dynamics.model import Model, check_choice
+
+if TYPE_CHECKING:
+    from .cartesian import CartesianImpedance
 
 __all__ = [
     "CONTROL_MODES",
@@ -36,7 +42,7 @@ __all__ = [
     "wrap_angle",
 ]
 
-CONTROL_MODES = ("gravity_compensation", "computed_torque", "impedance")
+CONTROL_MODES = ("gravity_compensation", "computed_torque", "impedance", "cartesian_impedance")
 # the modes that follow a reference (q_d, q̇_d, q̈_d)
 REFERENCE_MODES = ("computed_torque", "impedance")
 
@@ -101,6 +107,13 @@ class ControlLaw:
     payload the model does not carry: its gravity in gravity compensation and impedance, its
     inverse dynamics at the commanded acceleration in computed torque. A new payload is a new
     object assigned whole, so the law never sees half of one.
+
+    ``cartesian`` (a ``CartesianImpedance``; None: the mode is refused) is the law of
+    ``cartesian_impedance``, evaluated with this law's dynamics, payload and friction switch
+    (at the measured velocity with both stiffnesses 0, hand guiding, as in gravity
+    compensation; else at the target's velocity, 0). Each new hold position
+    ``q_d`` (a new object: activation, a mode switch, a collision's hold) makes it hold the
+    link where it is, as the joint modes hold the measured position.
     """
 
     dynamics: Dynamics
@@ -111,6 +124,7 @@ class ControlLaw:
     payload: PayloadEffort | None = None
     stiffness: np.ndarray | None = None
     damping: np.ndarray | None = None
+    cartesian: CartesianImpedance | None = None
 
     def __post_init__(self) -> None:
         model = self.dynamics.model
@@ -130,6 +144,13 @@ class ControlLaw:
         # was saturated: their integral is held (anti-windup by conditional integration)
         self.integral = np.zeros(nv)
         self.saturated = np.zeros(nv, dtype=bool)
+        self._cartesian_hold: np.ndarray | None = None  # the q_d the Cartesian target held at
+
+    @property
+    def timed(self) -> bool:
+        """Whether ``effort`` needs the time between states: the integral term and the
+        Cartesian target's rate limit do."""
+        return self.integrating or self.mode == "cartesian_impedance"
 
     def set_integral_gains(self, ki: np.ndarray, i_clamp: np.ndarray) -> None:
         """Integral gains and clamps over v (validated by the caller, ``check_gains``); the
@@ -174,6 +195,8 @@ class ControlLaw:
         model = self.dynamics.model
         payload = self.payload
         mode = self.mode
+        if mode == "cartesian_impedance":
+            return self._cartesian_effort(q, v, q_d, dt), None
         if mode == "gravity_compensation":
             tau, error, v_friction = self.gravity_effort(q), None, v
         else:
@@ -201,6 +224,21 @@ class ControlLaw:
         if self.friction_compensation:
             tau = tau + friction_effort(model, v_friction)
         return tau, error
+
+
+    def _cartesian_effort(self, q: np.ndarray, v: np.ndarray, q_hold: np.ndarray | None,
+                          dt: float) -> np.ndarray:
+        """τ of ``cartesian`` (class docstring), the target held anew for a new ``q_hold``."""
+        cartesian = self.cartesian
+        if cartesian is None:
+            raise ControllerError("mode cartesian_impedance: no Cartesian law is set up "
+                                  "(cartesian.link)")
+        cartesian.dynamics, cartesian.payload = self.dynamics, self.payload
+        cartesian.friction_compensation = self.friction_compensation
+        if q_hold is not self._cartesian_hold or cartesian.target is None:
+            cartesian.hold(q)
+            self._cartesian_hold = q_hold
+        return cartesian.effort(q, v, dt)[0]
 
 
 def check_gains(gains, name: str, count: int | None = None, allow_inf: bool = False

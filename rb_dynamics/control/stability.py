@@ -273,11 +273,18 @@ def active_gain_problem(controller: Any, period: float, mode: str | None = None,
     arrays over v to use instead of the law's, by ``ControlLaw`` name) make its loop sampled
     every ``period`` s unstable (``gain_bound_violation``; impedance's on the effective inertia
     at the measured state, at the zero configuration before one; on ``dynamics`` when given,
-    else the law's); None when stable, and in gravity compensation, which has no loop."""
+    else the law's; Cartesian impedance's by ``CartesianImpedance.gain_problem``); None when
+    stable, and in gravity compensation, which has no loop."""
     law = controller.law
     mode = mode or law.mode
     if mode == "gravity_compensation":
         return None
+    if mode == "cartesian_impedance":  # its gains on the link's inertia (CartesianImpedance)
+        cartesian = law.cartesian
+        if cartesian is None:
+            return "mode cartesian_impedance has no Cartesian law (see cartesian.link)"
+        q = controller.q if controller.q is not None else cartesian.model.neutral_configuration()
+        return cartesian.gain_problem(q, period)
 
     def gain(name: str) -> np.ndarray:
         values = gains[name] if gains and name in gains else getattr(law, name)

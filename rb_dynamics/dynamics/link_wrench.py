@@ -7,6 +7,8 @@ terms' chain, ``payload._Chain``: a few small products per joint for one state) 
 - ``jacobian(q)``: the link's 6×nv Jacobian in its own frame, rows [linear; angular] (the
   velocity of the link origin and the angular velocity, link axes: ``reference.link_jacobian``
   with ``frame="local"``);
+- ``pose_and_jacobian(q)``: the link's pose in the world and its Jacobian in world axes (the
+  Cartesian impedance's terms) from the same pass;
 - ``effort(q, wrench)``: Jᵀ F for a wrench F = [force; torque] (N, N·m) in the link's frame
   about its origin, the joint efforts it exerts (what ``rnea`` subtracts for ``f_ext``);
 - ``estimate(q, effort, min_condition)``: the wrench F̂ = (Jᵀ)⁺ τ that best explains joint efforts
@@ -26,7 +28,7 @@ import numpy as np
 from rb_dynamics.model import Model, finite_array
 
 from .payload import _chain  # the support chain of one link (payload terms share it)
-from .reference import check_vector, link_jacobian
+from .reference import check_vector, link_jacobian, link_pose
 
 __all__ = ["LinkWrench"]
 
@@ -57,6 +59,26 @@ class LinkWrench:
             return link_jacobian(self.model, q, self.link, "local")
         S_L, _ = chain.link_subspaces(q)
         return (chain.Gv @ S_L).T[_LINEAR_FIRST]
+
+    def pose_and_jacobian(self, q) -> tuple[np.ndarray, np.ndarray]:
+        """(T, J): the link's 4×4 pose in the world and its 6×nv Jacobian in world axes, rows
+        [linear; angular] (the velocity of the link origin and the angular velocity:
+        ``reference.link_jacobian`` with ``frame="local_world_aligned"``), from one pass."""
+        q = check_vector(q, self.model.nq, "q")
+        if q.ndim != 1:
+            raise ValueError("q must be a single configuration")
+        chain = self._chain
+        if not chain.fast:
+            return (link_pose(self.model, q, self.link),
+                    link_jacobian(self.model, q, self.link, "local_world_aligned"))
+        P = chain.poses(q)
+        S_L, _ = chain.link_subspaces(q, P)
+        J_local = (chain.Gv @ S_L).T
+        R = P[0, :3, :3]
+        J = np.empty_like(J_local)
+        J[:3] = R @ J_local[3:]
+        J[3:] = R @ J_local[:3]
+        return P[0].copy(), J
 
     def effort(self, q, wrench) -> np.ndarray:
         """Jᵀ F over v (N·m or N) for ``wrench`` = [force; torque] in the link's frame about

@@ -290,9 +290,8 @@ class _Chain:
         self.lower = np.tril(np.ones((k, k)))
         self.k = k
 
-    def link_subspaces(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(S_L (..., k, 6), γ (..., 3)): joint motion subspaces in link-L coordinates, and the
-        fictitious gravity acceleration −g in L coordinates."""
+    def poses(self, q: np.ndarray) -> np.ndarray:
+        """P (..., k + 1, 4, 4): P[j] the pose of link L in joint j − 1's frame (P[0]: world)."""
         theta = q.dot(self.Gq) + self.offset
         coeff = np.empty(theta.shape + (4,))
         coeff[..., 0] = 1.0
@@ -310,6 +309,12 @@ class _Chain:
             while shift <= self.k:
                 P[..., :-shift, :, :] = P[..., :-shift, :, :] @ P[..., shift:, :, :]
                 shift *= 2
+        return P
+
+    def link_subspaces(self, q: np.ndarray, P=None) -> tuple[np.ndarray, np.ndarray]:
+        """(S_L (..., k, 6), γ (..., 3)): joint motion subspaces in link-L coordinates, and the
+        fictitious gravity acceleration −g in L coordinates (``P``: ``poses(q)`` if known)."""
+        P = self.poses(q) if P is None else P
         R, p = P[..., 1:, :3, :3], P[..., 1:, :3, 3]
         # S_L = [Rᵀ s_ω; Rᵀ (s_v + s_ω × p)]: the joint's twist moved to L's origin and axes
         rows = np.empty(p.shape[:-1] + (2, 3))

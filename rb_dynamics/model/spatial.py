@@ -9,6 +9,8 @@ leading axes, so the same code serves one state and a batch of N states.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 __all__ = [
@@ -21,6 +23,8 @@ __all__ = [
     "plux_inverse",
     "quat_to_matrix",
     "rotation_about_axis",
+    "rotation_exp",
+    "rotation_log",
     "rpy_to_matrix",
     "skew",
     "transform_parts",
@@ -47,6 +51,39 @@ def rotation_about_axis(axis: np.ndarray, angle: np.ndarray | float) -> np.ndarr
     s = np.sin(angle)[..., None, None]
     c = np.cos(angle)[..., None, None]
     return np.eye(3) + s * k + (1.0 - c) * (k @ k)
+
+
+def rotation_log(R: np.ndarray) -> np.ndarray:
+    """The rotation vector φ (rad) of one rotation matrix: R = exp(φ×), |φ| in [0, π].
+
+    Near π the axis is read from the symmetric part R + Rᵀ = 2 cos θ I + 2 (1 − cos θ) n nᵀ
+    (the antisymmetric part vanishes there); near 0, φ ≈ vee(R − Rᵀ)/2. (Scalar arithmetic:
+    a control loop calls it on every state.)"""
+    (r00, r01, r02), (r10, r11, r12), (r20, r21, r22) = np.asarray(R, dtype=float).tolist()
+    vee = (0.5 * (r21 - r12), 0.5 * (r02 - r20), 0.5 * (r10 - r01))
+    cos_angle = min(max(0.5 * (r00 + r11 + r22 - 1.0), -1.0), 1.0)
+    sin_angle = math.sqrt(vee[0] ** 2 + vee[1] ** 2 + vee[2] ** 2)
+    angle = math.atan2(sin_angle, cos_angle)
+    if angle < 1e-8:
+        return np.array(vee)
+    if angle < math.pi - 1e-4:
+        return np.array(vee) * (angle / sin_angle)
+    R = np.asarray(R, dtype=float)
+    nn = (R + R.T - 2.0 * cos_angle * np.eye(3)) / (2.0 * (1.0 - cos_angle))
+    k = int(np.argmax(np.diag(nn)))
+    axis = nn[k] / np.sqrt(nn[k, k])
+    if axis @ np.array(vee) < 0.0:
+        axis = -axis
+    return angle * axis
+
+
+def rotation_exp(phi: np.ndarray) -> np.ndarray:
+    """The rotation matrix exp(φ×) of a rotation vector φ (rad): Rodrigues' formula."""
+    phi = np.asarray(phi, dtype=float)
+    angle = float(np.linalg.norm(phi))
+    if angle < 1e-12:
+        return np.eye(3) + skew(phi)
+    return rotation_about_axis(phi / angle, angle)
 
 
 def rpy_to_matrix(rpy: np.ndarray) -> np.ndarray:

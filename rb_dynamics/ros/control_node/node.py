@@ -19,11 +19,14 @@ run-time parameters:
 - ``ControlStatus`` (status.py): /diagnostics;
 - ``ContactMonitor`` (contact.py): the external efforts from the momentum observer,
   ``~/external_efforts``, ``~/external_wrench``, ``~/collision``, ``~/reset_collision``;
+- ``CartesianMode`` (cartesian_mode.py): ``mode: cartesian_impedance``, ``~/target_pose``,
+  ``~/cartesian/*``;
 - the parameters, declared from ``parameters.yaml`` beside this module (the node's schema).
 
 Topics
     joint_states (sub, sensor_msgs/JointState)      mapped by name, any order, extras ignored
     ~/joint_trajectory (sub, trajectory_msgs/JointTrajectory)  reference for computed torque
+    ~/target_pose (sub, geometry_msgs/PoseStamped)  cartesian_impedance's target (cartesian_mode.py)
     ~/effort_commands (pub, std_msgs/Float64MultiArray)  efforts ordered by ``joints``;
                                                     remap to <effort controller>/commands
     ~/controller_state (pub, control_msgs/JointTrajectoryControllerState)
@@ -64,6 +67,7 @@ from rb_dynamics.ros.constraint_parameters import PREFIX
 from rb_dynamics.ros.parameters import qos_with_overrides
 from rb_dynamics.ros.runtime import ThrottledLogger, refuse_invalid_transitions
 
+from .cartesian_mode import CARTESIAN_PARAMETERS, CartesianMode
 from .contact import CONTACT_PARAMETERS, ContactMonitor
 from .control_loop import ControlLoop
 from .dynamics_services import DynamicsServices
@@ -89,7 +93,8 @@ SCHEMA = ros_params.node_schema("control_node")  # every parameter: parameters.y
 NODE_NAME = SCHEMA.node_name
 # the parameters this class declares; its parts declare the rest of the schema's
 PARAMETERS = SCHEMA.select(exclude=(*TRAJECTORY_PARAMETERS, *PAYLOAD_PARAMETERS,
-                                    *CONTACT_PARAMETERS, f"{PREFIX}.*"))
+                                    *CONTACT_PARAMETERS, *CARTESIAN_PARAMETERS,
+                                    f"{PREFIX}.*"))
 
 
 class ControlNode(LifecycleNode):
@@ -124,6 +129,7 @@ class ControlNode(LifecycleNode):
                                     lambda: {**self.overlay.diagnostic_values(),
                                              **self.payload.diagnostic_values()})
         self.contact = ContactMonitor(self, self.loop)
+        self.cartesian = CartesianMode(self, self.loop, self._state)
         self.add_on_set_parameters_callback(self._on_set_parameters)
         refuse_invalid_transitions(self)
         self.model_loader.follow_sources()
@@ -177,6 +183,7 @@ class ControlNode(LifecycleNode):
                                   "unstable at every state rate")
         controller.effort_scale = value("effort_scale")
         self.payload.attach(controller)
+        self.cartesian.attach(controller)
         return controller
 
     def _installed(self, model: Model, controller: JointController | None) -> None:
