@@ -1,11 +1,17 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Forward-dynamics simulation without ROS: integrators, the ``Simulator``, compiled steps, the
-joint drives of a simulated ``<ros2_control>`` block and the joint sensors of a real arm's
-driver (delay, jitter, noise, offset, quantisation).
+"""Forward-dynamics simulation without ROS: integrators, the stick–slip friction step, the
+``Simulator``, compiled steps, the joint drives of a simulated ``<ros2_control>`` block and the
+joint sensors of a real arm's driver (delay, jitter, noise, offset, quantisation).
 
 Imports ``rb_dynamics.dynamics`` and ``rb_dynamics.model``.
 """
 
+from .friction_step import (
+    STICK_SLIP_SWEEPS,
+    STICK_SLIP_TOLERANCE,
+    friction_step_velocity,
+    stick_slip_velocity,
+)
 from .joint_drives import (
     DEFAULT_BANDWIDTH,
     DEFAULT_DAMPING_RATIO,
@@ -42,6 +48,8 @@ __all__ = [
     "JointDrives",
     "JointSensors",
     "STABILITY_MARGIN",
+    "STICK_SLIP_SWEEPS",
+    "STICK_SLIP_TOLERANCE",
     "Reading",
     "ServoGains",
     "ServoSimulator",
@@ -51,6 +59,7 @@ __all__ = [
     "Trace",
     "apply_position_limits",
     "compiled_steps",
+    "friction_step_velocity",
     "integrate",
     "joint_losses",
     "make_drives",
@@ -60,4 +69,5 @@ __all__ = [
     "servo_gains",
     "step",
     "step_spectral_radius",
+    "stick_slip_velocity",
 ]

@@ -10,8 +10,12 @@ that updates once per step):
 - ``rk4``: classical Runge–Kutta 4 with the stage configurations q ⊕ k·dt.
 
 Joint friction (``rb_dynamics.dynamics.friction``: the URDF ``<dynamics>`` viscous and
-Coulomb terms, smoothed by tanh(q̇/ε), and an overlay's Stribeck term) acts as a resisting
-torque; the joints' armature is in the dynamics (M(q) and ABA). A ``ConstraintSet`` (loop
+Coulomb terms and an overlay's Stribeck term) acts as a resisting torque: in semi-implicit
+Euler as the law is, Coulomb friction set-valued (a joint sticks or slips, ``friction_step``),
+viscous damping implicit; in RK4, whose stages need a smooth force, with Coulomb friction
+smoothed by tanh(q̇/ε); with constraints, semi-implicit Euler takes the smooth law linearly
+implicitly (``_accel_implicit_losses``). The joints' armature is in the dynamics (M(q) and
+ABA). A ``ConstraintSet`` (loop
 closures, fixed points, welds, couplings) replaces the free acceleration by the constrained one
 at every stage. Position limits act as
 inelastic stops: a joint that would pass a limit is put on it and its velocity into the limit
@@ -20,7 +24,8 @@ is zeroed (with constraints, a stop can open a loop: keep loops away from the li
 ``step`` is the readable reference. ``compiled_steps`` gives the fast path for the common case
 (a fixed-base model with 1-DoF joints, C kernels, no constraints or external wrenches): many
 steps of ``step`` in one call into C (``Kernels.rollout`` in ``_ckernels.c``), equal to ``step``
-to rounding (the implicit-loss solve there is a Cholesky, here an LU solve). ``Simulator``
+to rounding (the implicit solve there is a Cholesky, here an LU solve; the stick–slip sweeps are
+the same scalar operations). ``Simulator``
 and ``~/simulate`` use it when it applies.
 """
 
@@ -50,6 +55,8 @@ from rb_dynamics.model import (
     quat_to_matrix,
     skew,
 )
+
+from .friction_step import friction_step_velocity
 
 __all__ = [
     "INTEGRATORS",
@@ -156,13 +163,15 @@ def apply_position_limits(model: Model, q: np.ndarray, v: np.ndarray) -> tuple[n
 def _accel_implicit_losses(dyn: Dynamics, q, v, tau, dt: float,
                            constraints: ConstraintSet | None = None,
                            t: float = 0.0) -> np.ndarray:
-    """Acceleration over a step with the joint losses taken at the end of the step, linearised:
-    (M + dt·C) a = τ + losses(v) − h, C = max(∂f/∂q̇, 0) (``dynamics.friction_slope``).
+    """With constraints: the acceleration over a step with the smooth joint losses taken at the
+    end of the step, linearised: (M + dt·C) a = τ + losses(v) − h, C = max(∂f/∂q̇, 0)
+    (``dynamics.friction_slope``).
 
-    Friction of a light link (a wrist: 0.2 N·m over ε = 0.1 rad/s on 1e-4 kg·m²) is far too
-    stiff for an explicit step at 1 ms; this form is stable for any damping. The negative
-    slope of a Stribeck dip stays explicit: taken implicitly it could make M + dt·C
-    indefinite on a light link.
+    Friction of a light link (a wrist: 1 N·m over ε = 0.1 rad/s on 1.4e-4 kg·m²) is far too
+    stiff for an explicit step at 1 ms; linearised, it does not diverge, but once tanh
+    saturates it can cycle between ±v every step (the unconstrained step is stick–slip for
+    that reason: ``friction_step``). The negative slope of a Stribeck dip stays explicit:
+    taken implicitly it could make M + dt·C indefinite on a light link.
     """
     model = dyn.model
     slope = np.maximum(friction_slope(model, v), 0.0)
@@ -230,10 +239,11 @@ def step(
     """One integration step of ``dt`` seconds under the constant effort ``tau`` (N·m or N).
 
     ``dyn`` is the model's dynamics (``rb_dynamics.dynamics``); ``method`` one of
-    ``INTEGRATORS``. Semi-implicit Euler treats the joint losses linearly implicitly (see
-    ``_accel_implicit_losses``). With ``constraints``, every acceleration is the constrained
-    one (``f_ext`` is then not used; ``t`` is the time the constraints see). Raises ValueError
-    for a ``dt`` that is not positive and finite or an unknown ``method``.
+    ``INTEGRATORS``. Semi-implicit Euler takes the joint friction as ``friction_step`` says
+    (stick–slip; with constraints linearly implicit, ``_accel_implicit_losses``), RK4 the
+    smooth law. With ``constraints``, every acceleration is the constrained one (``f_ext`` is
+    then not used; ``t`` is the time the constraints see). Raises ValueError for a ``dt`` that
+    is not positive and finite or an unknown ``method``.
     """
     check_positive(dt, "dt")
     check_choice(method, INTEGRATORS, "integrator")
@@ -248,8 +258,13 @@ def step(
 
     if method == "semi_implicit_euler":
         stiff = losses and not f_ext and has_friction(model)
-        a = _accel_implicit_losses(dyn, q, v, tau, dt, constraints, t) if stiff else accel(q, v)
-        v_next = v + a * dt
+        if stiff and not constraints:  # stick–slip: friction_step
+            v_next = friction_step_velocity(dyn, q, v, tau, dt)
+            a = (v_next - v) / dt
+        else:
+            a = _accel_implicit_losses(dyn, q, v, tau, dt, constraints, t) if stiff \
+                else accel(q, v)
+            v_next = v + a * dt
         q_next = integrate(model, q, v_next, dt)
     elif method == "rk4":
         a1 = accel(q, v)
