@@ -172,6 +172,32 @@ def test_the_coupled_arms_friction_impulses_are_stick_slip():
     assert stuck > 100 and slipping > 100  # both cases exercised
 
 
+@pytest.mark.skipif(kernel_cache._ckernels is None, reason="needs the built C extension")
+def test_the_smooth_law_option_is_the_same_step_compiled_and_in_python():
+    """``friction_law="smooth"``: the controller's tanh law, linearised, in both paths (equal
+    to 1e-12 relative); it differs from the stick–slip step on a moving light wrist."""
+    model = load_model(DEFAULT_URDF)
+    dyn = make_dynamics(model, "c")
+    rng = np.random.default_rng(8)
+    fast = compiled_steps(dyn, "semi_implicit_euler", friction_law="smooth")
+    for _ in range(30):
+        q = rng.uniform(-2, 2, model.nq)
+        v = rng.normal(0.0, 0.5, model.nv)
+        tau = dyn.gravity(q) + rng.normal(0.0, 2.0, model.nv)
+        ref = step(dyn, q, v, tau, 1e-3, "semi_implicit_euler", friction_law="smooth")
+        trace = fast.run(q, v, tau, 1e-3, 1)
+        np.testing.assert_allclose(trace.v[1], ref.v, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(trace.q[1], ref.q, rtol=1e-12, atol=1e-12)
+    v = np.zeros(model.nv)
+    v[5] = 0.2
+    q = model.neutral_configuration()
+    smooth = step(dyn, q, v, dyn.gravity(q), 1e-3, "semi_implicit_euler", friction_law="smooth")
+    sticky = step(dyn, q, v, dyn.gravity(q), 1e-3, "semi_implicit_euler")
+    assert sticky.v[5] == 0.0 and smooth.v[5] < -0.1  # the linearised law overshoots
+    with pytest.raises(ValueError, match="friction_law must be one of"):
+        step(dyn, q, v, v, 1e-3, "semi_implicit_euler", friction_law="viscous")
+
+
 # ---------------------------------------------------------------- across processes
 
 def test_a_goal_moving_the_light_wrist_ends_in_lock_step(tmp_path):

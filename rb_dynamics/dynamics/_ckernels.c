@@ -375,7 +375,8 @@ KERNEL_METHOD(momentum_terms, 5)
 /* rb_dynamics.simulation.friction_step's STICK_SLIP_SWEEPS and STICK_SLIP_TOLERANCE */
 #define STICK_SLIP_SWEEPS 100
 #define STICK_SLIP_TOLERANCE 1e-14
-enum { SEMI_IMPLICIT_EULER = 0, RK4 = 1 };
+/* 2: semi-implicit Euler with the smooth law linearised (friction_law "smooth") */
+enum { SEMI_IMPLICIT_EULER = 0, RK4 = 1, SEMI_IMPLICIT_SMOOTH = 2 };
 enum { NLE = 2, CRBA = 3, ABA = 4 }; /* indices into KernelsObject.k */
 
 typedef struct {
@@ -500,6 +501,25 @@ static void stick_slip(const double *A, const double *w, const double *b, double
     }
 }
 
+/* simulation._accel_implicit_losses: (M + dt·C) a = τ + losses(q̇) − h, C = max(∂f/∂q̇, 0) */
+static int accel_implicit(const Stepper *s, const double *q, const double *v, const double *tau,
+                          double *a)
+{
+    Py_ssize_t n = s->n;
+    const double *in[2] = {q, v};
+    s->crba(in, s->M);
+    s->nle(in, s->h);
+    if (!all_finite(s->M, n * n) || !all_finite(s->h, n))
+        return 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        double slope;
+        s->rhs[i] = tau[i] + -friction_of(s, i, v[i], &slope);
+        s->M[i * n + i] += s->dt * fmax(slope, 0.0);
+        a[i] = s->rhs[i] - s->h[i];
+    }
+    return cholesky_solve(s->M, a, n) && all_finite(a, n);
+}
+
 /* friction_step.friction_step_velocity: v1 after a semi-implicit step with viscous damping
  * implicit and Coulomb friction set-valued; 0 when an input or the result is not finite or A is
  * not positive definite */
@@ -546,8 +566,8 @@ static int one_step(const Stepper *s, int method, const double *q, const double 
 {
     Py_ssize_t n = s->n;
     double dt = s->dt, half = 0.5 * dt;
-    if (method == SEMI_IMPLICIT_EULER) {
-        if (s->implicit) { /* simulation.step: v1 from the friction step, a = (v1 − v)/dt */
+    if (method != RK4) {
+        if (s->implicit && method == SEMI_IMPLICIT_EULER) { /* simulation.step: v1 from the friction step, a = (v1 − v)/dt */
             if (!friction_step(s, q, v, tau, v1))
                 return 0;
             for (Py_ssize_t i = 0; i < n; i++) {
@@ -556,7 +576,7 @@ static int one_step(const Stepper *s, int method, const double *q, const double 
             }
             return 1;
         }
-        if (!accel(s, q, v, tau, a))
+        if (!(s->implicit ? accel_implicit(s, q, v, tau, a) : accel(s, q, v, tau, a)))
             return 0;
         for (Py_ssize_t i = 0; i < n; i++) {
             v1[i] = v[i] + a[i] * dt;
@@ -729,9 +749,11 @@ static PyObject *m_rollout(PyObject *op, PyObject *const *args, Py_ssize_t nargs
     long method = PyLong_AsLong(args[6]);
     if (PyErr_Occurred())
         return NULL;
-    if (!(dt > 0.0 && isfinite(dt)) || (method != SEMI_IMPLICIT_EULER && method != RK4)) {
+    if (!(dt > 0.0 && isfinite(dt)) ||
+        (method != SEMI_IMPLICIT_EULER && method != RK4 && method != SEMI_IMPLICIT_SMOOTH)) {
         PyErr_SetString(PyExc_ValueError, "rollout: dt must be positive and finite, the "
-                        "integrator 0 (semi-implicit Euler) or 1 (RK4)");
+                        "integrator 0 (semi-implicit Euler), 1 (RK4) or 2 (semi-implicit "
+                        "Euler, smooth friction)");
         return NULL;
     }
     Stepper s = {.nle = self->k[NLE].one, .crba = self->k[CRBA].one, .aba = self->k[ABA].one,
@@ -872,7 +894,8 @@ static PyMethodDef kernels_methods[] = {
      "        stribeck_velocity, lower, upper, law)\n"
      "N = len(A) steps from Q[0], V[0] into the rows of Q, V (N+1, nv), A and hit (N, nv);\n"
      "tau (nv,) held or (N, nv) per step; law: None, or law(k) -> the efforts of step k,\n"
-     "called before it and written to tau[k]; integrator 0: semi-implicit Euler, 1: RK4;\n"
+     "called before it and written to tau[k]; integrator 0: semi-implicit Euler (stick-slip\n"
+     "friction), 1: RK4, 2: semi-implicit Euler with the smooth friction law linearised;\n"
      "damping, friction, stribeck, stribeck_velocity (the joint losses) and lower, upper:\n"
      "(nv,) arrays, or all of a group None (no losses, no stops).\n"
      "Returns the steps taken: it stops before a step that is not finite (see the source)."},

@@ -26,6 +26,7 @@ from .joint_drives import (
 )
 from .sensors import JointSensors, Reading, StateHistory
 from .simulator import (
+    FRICTION_LAWS,
     INTEGRATORS,
     CompiledSteps,
     SimulationStep,
@@ -44,6 +45,7 @@ __all__ = [
     "CompiledSteps",
     "DEFAULT_BANDWIDTH",
     "DEFAULT_DAMPING_RATIO",
+    "FRICTION_LAWS",
     "INTEGRATORS",
     "JointDrives",
     "JointSensors",

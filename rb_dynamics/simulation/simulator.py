@@ -59,6 +59,7 @@ from rb_dynamics.model import (
 from .friction_step import friction_step_velocity
 
 __all__ = [
+    "FRICTION_LAWS",
     "INTEGRATORS",
     "CompiledSteps",
     "SimulationStep",
@@ -74,6 +75,10 @@ __all__ = [
 ]
 
 INTEGRATORS = ("semi_implicit_euler", "rk4")
+# semi-implicit Euler's joint friction: the sign law, stick–slip (``friction_step``), or the
+# smooth law linearised (``_accel_implicit_losses``: the observer's own law as the truth; it can
+# cycle at period 2 on a light joint)
+FRICTION_LAWS = ("stick_slip", "smooth")
 
 
 def _so3_left_jacobian(phi: np.ndarray) -> np.ndarray:
@@ -235,18 +240,21 @@ def step(
     limits: bool = True,
     constraints: ConstraintSet | None = None,
     t: float = 0.0,
+    friction_law: str = "stick_slip",
 ) -> SimulationStep:
     """One integration step of ``dt`` seconds under the constant effort ``tau`` (N·m or N).
 
     ``dyn`` is the model's dynamics (``rb_dynamics.dynamics``); ``method`` one of
     ``INTEGRATORS``. Semi-implicit Euler takes the joint friction as ``friction_step`` says
-    (stick–slip; with constraints linearly implicit, ``_accel_implicit_losses``), RK4 the
-    smooth law. With ``constraints``, every acceleration is the constrained one (``f_ext`` is
-    then not used; ``t`` is the time the constraints see). Raises ValueError for a ``dt`` that
-    is not positive and finite or an unknown ``method``.
+    (stick–slip; with constraints or ``friction_law`` "smooth" the smooth law linearly
+    implicit, ``_accel_implicit_losses``), RK4 the smooth law. With ``constraints``, every
+    acceleration is the constrained one (``f_ext`` is then not used; ``t`` is the time the
+    constraints see). Raises ValueError for a ``dt`` that is not positive and finite, an
+    unknown ``method`` or ``friction_law`` (one of ``FRICTION_LAWS``).
     """
     check_positive(dt, "dt")
     check_choice(method, INTEGRATORS, "integrator")
+    check_choice(friction_law, FRICTION_LAWS, "friction_law")
     model = dyn.model
 
     def accel(qs, vs):
@@ -258,7 +266,7 @@ def step(
 
     if method == "semi_implicit_euler":
         stiff = losses and not f_ext and has_friction(model)
-        if stiff and not constraints:  # stick–slip: friction_step
+        if stiff and not constraints and friction_law == "stick_slip":  # friction_step
             v_next = friction_step_velocity(dyn, q, v, tau, dt)
             a = (v_next - v) / dt
         else:
@@ -303,8 +311,8 @@ class Trace:
 
 
 def compiled_steps(dyn: Dynamics, method: str, *, losses: bool = True, limits: bool = True,
-                   constraints: ConstraintSet | None = None,
-                   f_ext=None) -> CompiledSteps | None:
+                   constraints: ConstraintSet | None = None, f_ext=None,
+                   friction_law: str = "stick_slip") -> CompiledSteps | None:
     """The compiled roll-out of ``step`` with these options, or None where only ``step``
     applies: no C kernels (``dyn.kernels``), constraints, external wrenches, or a joint with
     more than one coordinate (free-flyer, planar)."""
@@ -313,7 +321,7 @@ def compiled_steps(dyn: Dynamics, method: str, *, losses: bool = True, limits: b
             or method not in INTEGRATORS
             or not dyn.model.only_one_dof_joints):
         return None
-    return CompiledSteps(dyn, kernels, method, losses, limits)
+    return CompiledSteps(dyn, kernels, method, losses, limits, friction_law)
 
 
 class CompiledSteps:
@@ -326,10 +334,14 @@ class CompiledSteps:
     model's friction coefficients and position limits are read at each call.
     """
 
-    def __init__(self, dyn: Dynamics, kernels, method: str, losses: bool, limits: bool):
+    def __init__(self, dyn: Dynamics, kernels, method: str, losses: bool, limits: bool,
+                 friction_law: str = "stick_slip"):
         self.dyn, self.kernels, self.method = dyn, kernels, method
         self.losses, self.limits = losses, limits
-        self._integrator = INTEGRATORS.index(method)  # 0, 1 as _ckernels expects
+        check_choice(friction_law, FRICTION_LAWS, "friction_law")
+        # 0 (stick–slip), 1 as _ckernels expects; 2: semi-implicit Euler with the smooth law
+        self._integrator = 2 if method == INTEGRATORS[0] and friction_law == "smooth" \
+            else INTEGRATORS.index(method)
 
     def run(self, q: np.ndarray, v: np.ndarray, tau: np.ndarray | None, dt: float,
             steps: int, law: Callable[[int, np.ndarray, np.ndarray], np.ndarray] | None = None,
@@ -376,8 +388,10 @@ class Simulator:
 
     def __init__(self, dyn: Dynamics, dt: float = 1e-3, integrator: str = "semi_implicit_euler",
                  q0: np.ndarray | None = None, v0: np.ndarray | None = None,
-                 command_timeout: float = 0.5, constraints: ConstraintSet | None = None):
+                 command_timeout: float = 0.5, constraints: ConstraintSet | None = None,
+                 friction_law: str = "stick_slip"):
         check_choice(integrator, INTEGRATORS, "integrator")
+        self.friction_law = check_choice(friction_law, FRICTION_LAWS, "friction_law")
         check_positive(dt, "dt")
         model = dyn.model
         self.dynamics, self.model, self.dt, self.integrator = dyn, model, float(dt), integrator
@@ -452,7 +466,8 @@ class Simulator:
         """Advance by ``duration`` seconds in steps of dt (at most ``max_steps``)."""
         steps = min(round(duration / self.dt), max_steps)
         done = 0
-        fast = compiled_steps(self.dynamics, self.integrator, constraints=self.constraints)
+        fast = compiled_steps(self.dynamics, self.integrator, constraints=self.constraints,
+                              friction_law=self.friction_law)
         if fast is not None and steps > 0:
             done = self._advance_compiled(fast, steps)
         for _ in range(steps - done):  # the reference: no fast path, or from a refused step
@@ -462,7 +477,8 @@ class Simulator:
             if self.wrench is not None:  # the push acts; the drives' effort is what is recorded
                 effort = effort + self.external_effort()
             result = step(self.dynamics, self.q, self.v, effort, self.dt,
-                          self.integrator, constraints=self.constraints, t=self.time)
+                          self.integrator, constraints=self.constraints, t=self.time,
+                          friction_law=self.friction_law)
             self.q, self.v, self.a, self.limit_hit = result.q, result.v, result.a, result.limit_hit
             self.time += self.dt
         return steps
