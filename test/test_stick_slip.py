@@ -13,8 +13,9 @@ Coulomb friction set-valued, so that a light joint slips, stops and sticks as th
   under a larger one with (τ − c)/I;
 - on the coupled arm, the step's friction impulses satisfy the stick–slip conditions;
 - across processes: a FollowJointTrajectory goal moving the bundled arm's wrist_3, every
-  parameter at its default but the mode, ends SUCCEEDED in lock-step (it never ended: the
-  wrist's velocity never came under stopped_velocity_tolerance).
+  parameter at its default but the mode, ends SUCCEEDED in lock-step (this one also ends with
+  the linearised tanh step: the controller's friction compensation, the same law at nearly the
+  same velocity, cancels the simulator's explicit Coulomb term during the goal).
 """
 
 from __future__ import annotations
