@@ -75,9 +75,7 @@ class Loop:
         self.sim = simulator(tmp_path, {
             "initial_positions": Q0.tolist(), "publish_clock": True, "lockstep": True,
             "lockstep_timeout": 5.0, "start_paused": True, "command_timeout": 0.2,
-            # the truth is the observer's own (smooth) friction law: stiction would be an
-            # external effort the observer does not model
-            "effort_noise": 0.05, "friction_law": "smooth", **(sim or {})})
+            "effort_noise": 0.05, **(sim or {})})
         self.control = control_node(tmp_path, {
             "urdf_path": str(DEFAULT_URDF), "mode": "computed_torque", "kp": [400.0],
             "kd": [40.0], "state_timeout": 0.5, "use_sim_time": True,

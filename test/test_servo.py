@@ -244,11 +244,10 @@ def test_velocity_loop_settles_where_drive_and_friction_balance():
 
 @pytest.mark.parametrize("robot", ["panda", "default_arm"])
 def test_position_servo_on_every_joint_is_stable_at_1ms(robot):
-    """Every joint steps 0.1 rad; at rest each drive balances gravity within the Coulomb
-    friction that holds the joint (the simulator's stick–slip step): |kp e − g(q)| ≤ friction,
-    so e = g/kp without friction; a joint still moving balances friction·sign(q̇) +
-    (damping + kd) q̇. default_arm's light wrists (0.2 N·m of friction on 1.3e-4 kg·m²) are
-    friction-limited: kp = 0.52 N·m/rad there, a stick band of 0.38 rad, where they stop."""
+    """Every joint steps 0.1 rad; at rest each drive balances gravity and friction:
+    kp e − g(q) = friction·tanh(q̇/ε) + damping·q̇ (+ kd q̇), so e = g/kp without friction.
+    default_arm's light wrists (0.2 N·m of friction on 1.3e-4 kg·m²) are friction-limited:
+    kp = 0.52 N·m/rad there, a stick band of 0.38 rad, which they creep through."""
     if robot == "panda":
         xml = with_blocks(robot_xml("panda"), panda_block(arm="position"))
         q0 = PANDA_READY
@@ -270,22 +269,20 @@ def test_position_servo_on_every_joint_is_stable_at_1ms(robot):
         top = max(top, np.abs(sim.v).max())
     kp, kd = drives.gains.kp, drives.gains.kd
     drive = kp * (target - sim.q) - fast.gravity(sim.q)
-    stuck = sim.v == 0.0
-    losses = model.friction * np.sign(sim.v) + (model.damping + kd) * sim.v
+    losses = model.friction * np.tanh(sim.v / 0.1) + (model.damping + kd) * sim.v
     print(f"\n{robot}: step spectral radius {radius:.6f}, largest stable bandwidth "
           f"{limit:.0f} rad/s (default {DEFAULT_BANDWIDTH:.0f}); peak speed {top:.2f} rad/s; "
           f"after 1 s: error {np.abs(sim.q - target).max():.2e} (g/kp "
           f"{np.abs(fast.gravity(sim.q) / kp).max():.2e}), |v| {np.abs(sim.v).max():.1e}")
     assert top < 2.0 and np.abs(sim.v).max() < 0.05
-    assert np.all(np.abs(drive[stuck]) <= model.friction[stuck] + 1e-9), (drive, sim.v)
-    np.testing.assert_allclose(drive[~stuck], losses[~stuck], atol=3e-4)  # N·m: still settling
-    # and the feed-forward removes the gravity sag: every joint stops within its stick band
-    # |kp e| ≤ friction
+    np.testing.assert_allclose(drive, losses, atol=3e-4)  # N·m: creeping wrists still accelerate
+    # and the feed-forward removes the gravity sag of the joints friction does not hold
     model, layout, fast, drives, sim = setup(xml, q0, gravity_feedforward=True)
     drives.command(JointCommand(np.arange(model.nv), np.vstack(
         [target, np.full((2, model.nv), np.nan)])), 0.0)
     sim.advance(1.0)
-    assert np.all(np.abs(sim.q - target) <= model.friction / kp + 1e-9)
+    free = model.friction / kp < 1e-3
+    assert np.abs(sim.q - target)[free].max() < 1e-4
 
 
 @pytest.mark.parametrize("integrator", ["semi_implicit_euler", "rk4"])

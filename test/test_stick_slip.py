@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The simulator's friction step (``simulation.friction_step``): viscous damping implicit,
-Coulomb friction set-valued, so that a light joint slips, stops and sticks as the sign law says.
+"""The simulator's stick–slip friction step (``simulation.friction_step``, ``friction_law``
+"stick_slip"): viscous damping implicit, Coulomb friction set-valued, so that a light joint
+slips, stops and sticks as the sign law says.
 
 - a single joint (inertia I, Coulomb Fc, viscous b, no other force) started at v0 stops at
   t* = (I/b)·ln(1 + b·v0/Fc) (Fc only: I·v0/Fc), within one step (plus implicit Euler's
@@ -67,12 +68,13 @@ def velocities(dyn, v0: np.ndarray, dt: float, steps: int, tau=None, compiled: b
     q, v = model.neutral_configuration(), np.asarray(v0, dtype=float)
     tau = np.zeros(model.nv) if tau is None else tau
     if compiled:
-        trace = compiled_steps(dyn, "semi_implicit_euler").run(q, v, tau, dt, steps)
+        trace = compiled_steps(dyn, "semi_implicit_euler", friction_law="stick_slip").run(
+            q, v, tau, dt, steps)
         assert trace.steps == steps
         return trace.v
     out = [v]
     for _ in range(steps):
-        result = step(dyn, q, v, tau, dt, "semi_implicit_euler")
+        result = step(dyn, q, v, tau, dt, "semi_implicit_euler", friction_law="stick_slip")
         q, v = result.q, result.v
         out.append(v)
     return np.array(out)
@@ -117,7 +119,7 @@ def test_a_light_wrist_under_gravity_compensation_comes_to_rest(kind, dt, robot,
     i = model.actuated_joint_names.index(joint)
     start = np.zeros(model.nv)
     start[i] = v0
-    sim = Simulator(dyn, dt=dt, v0=start)
+    sim = Simulator(dyn, dt=dt, v0=start, friction_law="stick_slip")
     trace = []
     for _ in range(round(0.2 / dt)):
         sim.set_command(dyn.gravity(sim.q))
@@ -163,7 +165,7 @@ def test_the_coupled_arms_friction_impulses_are_stick_slip():
         bound = dt * coulomb_bound(model, v)
         v_next = stick_slip_velocity(A, v_free, bound)
         assert np.array_equal(v_next, step(dyn, q, v, tau, dt, "semi_implicit_euler",
-                                           limits=False).v)
+                                           limits=False, friction_law="stick_slip").v)
         p = A @ (v_free - v_next)
         moving = v_next != 0.0
         np.testing.assert_allclose(p[moving], bound[moving] * np.sign(v_next[moving]),
@@ -174,27 +176,30 @@ def test_the_coupled_arms_friction_impulses_are_stick_slip():
 
 
 @pytest.mark.skipif(kernel_cache._ckernels is None, reason="needs the built C extension")
-def test_the_smooth_law_option_is_the_same_step_compiled_and_in_python():
-    """``friction_law="smooth"``: the controller's tanh law, linearised, in both paths (equal
-    to 1e-12 relative); it differs from the stick–slip step on a moving light wrist."""
-    model = load_model(DEFAULT_URDF)
+@pytest.mark.parametrize("law", ["smooth", "stick_slip"])
+@pytest.mark.parametrize("robot", ["default_arm", "xarm7"])
+def test_both_friction_laws_are_the_same_step_compiled_and_in_python(robot, law):
+    """Each ``friction_law`` in the compiled roll-out equals ``simulation.step`` (≤ 1e-12); the
+    default, smooth, differs from the stick–slip step on a moving light wrist."""
+    model = load_model(DEFAULT_URDF if robot == "default_arm" else XARM7)
     dyn = make_dynamics(model, "c")
     rng = np.random.default_rng(8)
-    fast = compiled_steps(dyn, "semi_implicit_euler", friction_law="smooth")
+    fast = compiled_steps(dyn, "semi_implicit_euler", friction_law=law)
     for _ in range(30):
         q = rng.uniform(-2, 2, model.nq)
         v = rng.normal(0.0, 0.5, model.nv)
         tau = dyn.gravity(q) + rng.normal(0.0, 2.0, model.nv)
-        ref = step(dyn, q, v, tau, 1e-3, "semi_implicit_euler", friction_law="smooth")
+        ref = step(dyn, q, v, tau, 1e-3, "semi_implicit_euler", friction_law=law)
         trace = fast.run(q, v, tau, 1e-3, 1)
         np.testing.assert_allclose(trace.v[1], ref.v, rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(trace.q[1], ref.q, rtol=1e-12, atol=1e-12)
     v = np.zeros(model.nv)
-    v[5] = 0.2
+    v[-1] = 0.2
     q = model.neutral_configuration()
-    smooth = step(dyn, q, v, dyn.gravity(q), 1e-3, "semi_implicit_euler", friction_law="smooth")
-    sticky = step(dyn, q, v, dyn.gravity(q), 1e-3, "semi_implicit_euler")
-    assert sticky.v[5] == 0.0 and smooth.v[5] < -0.1  # the linearised law overshoots
+    smooth = step(dyn, q, v, dyn.gravity(q), 1e-3, "semi_implicit_euler")
+    sticky = step(dyn, q, v, dyn.gravity(q), 1e-3, "semi_implicit_euler",
+                  friction_law="stick_slip")
+    assert sticky.v[-1] == 0.0 and smooth.v[-1] < -0.1  # the linearised law overshoots
     with pytest.raises(ValueError, match="friction_law must be one of"):
         step(dyn, q, v, v, 1e-3, "semi_implicit_euler", friction_law="viscous")
 
@@ -202,14 +207,15 @@ def test_the_smooth_law_option_is_the_same_step_compiled_and_in_python():
 # ---------------------------------------------------------------- across processes
 
 def test_a_goal_moving_the_light_wrist_ends_in_lock_step(tmp_path):
-    """The bundled arm in lock-step, the control node at its defaults in computed torque: a
-    goal turning wrist_3 by 0.5 rad in 1 s ends SUCCEEDED within 3 simulated seconds of its
-    end (the wrist stops: stopped_velocity_tolerance 0.01 is met)."""
+    """The bundled arm in lock-step with stick–slip friction, the control node at its defaults
+    in computed torque: a goal turning wrist_3 by 0.5 rad in 1 s ends SUCCEEDED within 3
+    simulated seconds of its end (the wrist stops: stopped_velocity_tolerance 0.01 is met)."""
     from test_jtc_parity import MISSING, Rig
 
     if MISSING is not None:
         pytest.skip(str(MISSING))
-    rig = Rig(DEFAULT_URDF, tmp_path, {"mode": "computed_torque"})
+    rig = Rig(DEFAULT_URDF, tmp_path, {"mode": "computed_torque"},
+              sim_params={"friction_law": "stick_slip"})
     try:
         q1 = rig.q()
         q1[rig.joints.index("wrist_3_joint")] += 0.5

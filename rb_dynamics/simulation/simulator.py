@@ -10,12 +10,12 @@ that updates once per step):
 - ``rk4``: classical Runge–Kutta 4 with the stage configurations q ⊕ k·dt.
 
 Joint friction (``rb_dynamics.dynamics.friction``: the URDF ``<dynamics>`` viscous and
-Coulomb terms and an overlay's Stribeck term) acts as a resisting torque: in semi-implicit
-Euler as the law is, Coulomb friction set-valued (a joint sticks or slips, ``friction_step``),
-viscous damping implicit; in RK4, whose stages need a smooth force, with Coulomb friction
-smoothed by tanh(q̇/ε); with constraints, semi-implicit Euler takes the smooth law linearly
-implicitly (``_accel_implicit_losses``). The joints' armature is in the dynamics (M(q) and
-ABA). A ``ConstraintSet`` (loop
+Coulomb terms and an overlay's Stribeck term) acts as a resisting torque, Coulomb friction
+smoothed by tanh(q̇/ε) (the controller's and the observer's evaluation), in semi-implicit
+Euler linearly implicit (``_accel_implicit_losses``); or, with ``friction_law`` "stick_slip"
+in semi-implicit Euler without constraints, as the law is, Coulomb friction set-valued (a
+joint sticks or slips, ``friction_step``), viscous damping implicit. The joints' armature is
+in the dynamics (M(q) and ABA). A ``ConstraintSet`` (loop
 closures, fixed points, welds, couplings) replaces the free acceleration by the constrained one
 at every stage. Position limits act as
 inelastic stops: a joint that would pass a limit is put on it and its velocity into the limit
@@ -75,10 +75,10 @@ __all__ = [
 ]
 
 INTEGRATORS = ("semi_implicit_euler", "rk4")
-# semi-implicit Euler's joint friction: the sign law, stick–slip (``friction_step``), or the
-# smooth law linearised (``_accel_implicit_losses``: the observer's own law as the truth; it can
-# cycle at period 2 on a light joint)
-FRICTION_LAWS = ("stick_slip", "smooth")
+# semi-implicit Euler's joint friction: the smooth law linearised (``_accel_implicit_losses``:
+# the controller's and the observer's own law as the truth; it can cycle at period 2 on a light
+# joint), or the sign law, stick–slip (``friction_step``)
+FRICTION_LAWS = ("smooth", "stick_slip")
 
 
 def _so3_left_jacobian(phi: np.ndarray) -> np.ndarray:
@@ -168,15 +168,15 @@ def apply_position_limits(model: Model, q: np.ndarray, v: np.ndarray) -> tuple[n
 def _accel_implicit_losses(dyn: Dynamics, q, v, tau, dt: float,
                            constraints: ConstraintSet | None = None,
                            t: float = 0.0) -> np.ndarray:
-    """With constraints: the acceleration over a step with the smooth joint losses taken at the
-    end of the step, linearised: (M + dt·C) a = τ + losses(v) − h, C = max(∂f/∂q̇, 0)
+    """The acceleration over a step with the smooth joint losses taken at the end of the step,
+    linearised: (M + dt·C) a = τ + losses(v) − h, C = max(∂f/∂q̇, 0)
     (``dynamics.friction_slope``).
 
     Friction of a light link (a wrist: 1 N·m over ε = 0.1 rad/s on 1.4e-4 kg·m²) is far too
     stiff for an explicit step at 1 ms; linearised, it does not diverge, but once tanh
-    saturates it can cycle between ±v every step (the unconstrained step is stick–slip for
-    that reason: ``friction_step``). The negative slope of a Stribeck dip stays explicit:
-    taken implicitly it could make M + dt·C indefinite on a light link.
+    saturates it can cycle between ±v every step (``friction_step``'s stick–slip does not).
+    The negative slope of a Stribeck dip stays explicit: taken implicitly it could make
+    M + dt·C indefinite on a light link.
     """
     model = dyn.model
     slope = np.maximum(friction_slope(model, v), 0.0)
@@ -240,14 +240,14 @@ def step(
     limits: bool = True,
     constraints: ConstraintSet | None = None,
     t: float = 0.0,
-    friction_law: str = "stick_slip",
+    friction_law: str = "smooth",
 ) -> SimulationStep:
     """One integration step of ``dt`` seconds under the constant effort ``tau`` (N·m or N).
 
     ``dyn`` is the model's dynamics (``rb_dynamics.dynamics``); ``method`` one of
-    ``INTEGRATORS``. Semi-implicit Euler takes the joint friction as ``friction_step`` says
-    (stick–slip; with constraints or ``friction_law`` "smooth" the smooth law linearly
-    implicit, ``_accel_implicit_losses``), RK4 the smooth law. With ``constraints``, every
+    ``INTEGRATORS``. Semi-implicit Euler takes the smooth joint friction law linearly implicit
+    (``_accel_implicit_losses``), or with ``friction_law`` "stick_slip" (and no constraints)
+    the sign law as ``friction_step`` says; RK4 the smooth law. With ``constraints``, every
     acceleration is the constrained one (``f_ext`` is then not used; ``t`` is the time the
     constraints see). Raises ValueError for a ``dt`` that is not positive and finite, an
     unknown ``method`` or ``friction_law`` (one of ``FRICTION_LAWS``).
@@ -312,7 +312,7 @@ class Trace:
 
 def compiled_steps(dyn: Dynamics, method: str, *, losses: bool = True, limits: bool = True,
                    constraints: ConstraintSet | None = None, f_ext=None,
-                   friction_law: str = "stick_slip") -> CompiledSteps | None:
+                   friction_law: str = "smooth") -> CompiledSteps | None:
     """The compiled roll-out of ``step`` with these options, or None where only ``step``
     applies: no C kernels (``dyn.kernels``), constraints, external wrenches, or a joint with
     more than one coordinate (free-flyer, planar)."""
@@ -335,7 +335,7 @@ class CompiledSteps:
     """
 
     def __init__(self, dyn: Dynamics, kernels, method: str, losses: bool, limits: bool,
-                 friction_law: str = "stick_slip"):
+                 friction_law: str = "smooth"):
         self.dyn, self.kernels, self.method = dyn, kernels, method
         self.losses, self.limits = losses, limits
         check_choice(friction_law, FRICTION_LAWS, "friction_law")
@@ -389,7 +389,7 @@ class Simulator:
     def __init__(self, dyn: Dynamics, dt: float = 1e-3, integrator: str = "semi_implicit_euler",
                  q0: np.ndarray | None = None, v0: np.ndarray | None = None,
                  command_timeout: float = 0.5, constraints: ConstraintSet | None = None,
-                 friction_law: str = "stick_slip"):
+                 friction_law: str = "smooth"):
         check_choice(integrator, INTEGRATORS, "integrator")
         self.friction_law = check_choice(friction_law, FRICTION_LAWS, "friction_law")
         check_positive(dt, "dt")
