@@ -227,7 +227,7 @@ def test_bad_arguments_are_refused_without_a_crash(arm):
     for position, bad, words in [
         (0, np.zeros((2, n)), "Q must be"), (1, np.zeros((3, n), np.float32), "V must be"),
         (2, np.zeros(n), "A must be"), (3, np.zeros((2, n)), "hit must be"),
-        (4, np.zeros(n + 1), "tau must be"), (5, -1.0, "dt must be"), (6, 2, "integrator"),
+        (4, np.zeros(n + 1), "tau must be"), (5, -1.0, "dt must be"), (6, 3, "integrator"),
         (7, np.zeros(n + 2), "damping must be"), (10, None, "stribeck_velocity must be"),
         (11, np.zeros(n - 1), "lower must be"), (13, 3, "law must be callable"),
     ]:

@@ -27,7 +27,7 @@ from .constraints import (
     solve_constrained,
     udwadia_kalaba,
 )
-from .friction import friction_effort, friction_slope, has_friction
+from .friction import coulomb_bound, friction_effort, friction_slope, has_friction
 from .implementations import (
     KERNEL_CHOICES,
     KERNEL_METHODS,
@@ -120,6 +120,7 @@ __all__ = [
     "constrained_forward_dynamics",
     "coriolis_transpose",
     "constraint_from_spec",
+    "coulomb_bound",
     "crba",
     "default_payload_link",
     "forward_dynamics_crba",

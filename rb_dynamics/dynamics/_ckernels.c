@@ -24,7 +24,7 @@
 
 #include <math.h>
 
-#define RB_KERNEL_ABI 3
+#define RB_KERNEL_ABI 4
 #define N_KERNELS 6 /* rnea, gravity, nle, crba, aba, momentum: the order of the methods */
 #define MAX_IN 3
 
@@ -361,17 +361,22 @@ KERNEL_METHOD(momentum_terms, 5)
  * rollout() advances a fixed-base model whose joints all have one coordinate (nq == nv,
  * q ⊕ v·dt = q + v·dt) by many steps in one call, each step computed as
  * rb_dynamics.simulation.step computes it, in the same order of operations: the joint losses
- * (rb_dynamics.dynamics.friction: viscous, Coulomb and Stribeck), semi-implicit Euler with the
- * losses linearly implicit ((M + dt·diag(max(slope, 0))) a = τ + losses − h, solved here by
- * Cholesky where the reference uses an LU solve), RK4 on the model's ABA, the
- * inelastic position stops. It stops before any step that would need a non-finite kernel input
+ * (rb_dynamics.dynamics.friction: viscous, Coulomb and Stribeck), semi-implicit Euler with
+ * viscous damping implicit and Coulomb friction set-valued (rb_dynamics.simulation.friction_step:
+ * A = M + dt·diag(viscous) solved here by Cholesky where the reference uses an LU solve, then
+ * the same stick–slip sweeps), RK4 on the model's ABA with the smooth law, the inelastic
+ * position stops. It stops before any step that would need a non-finite kernel input
  * or give a non-finite output, or whose matrix is not positive definite, so that the caller
  * (simulation.CompiledSteps) can hand that step to the reference, which then raises or answers
  * exactly as it always does. The loop runs without the GIL.
  */
 
 #define COULOMB_SMOOTHING 0.1 /* rb_dynamics.model.COULOMB_SMOOTHING */
-enum { SEMI_IMPLICIT_EULER = 0, RK4 = 1 };
+/* rb_dynamics.simulation.friction_step's STICK_SLIP_SWEEPS and STICK_SLIP_TOLERANCE */
+#define STICK_SLIP_SWEEPS 100
+#define STICK_SLIP_TOLERANCE 1e-14
+/* 2: semi-implicit Euler with the smooth law linearised (friction_law "smooth") */
+enum { SEMI_IMPLICIT_EULER = 0, RK4 = 1, SEMI_IMPLICIT_SMOOTH = 2 };
 enum { NLE = 2, CRBA = 3, ABA = 4 }; /* indices into KernelsObject.k */
 
 typedef struct {
@@ -381,8 +386,8 @@ typedef struct {
     /* viscous, Coulomb, Stribeck and its velocity (NULL: no joint losses) */
     const double *damping, *friction, *stribeck, *stribeck_velocity;
     const double *lower, *upper;      /* NULL: no position stops */
-    int implicit;                     /* semi-implicit Euler with the losses implicit */
-    double *M, *h, *rhs, *applied, *qs, *a[4], *vs[3]; /* scratch */
+    int implicit;                     /* semi-implicit Euler with the friction step */
+    double *M, *A, *h, *rhs, *applied, *qs, *a[4], *vs[3], *bound; /* scratch */
 } Stepper;
 
 /* Coordinate i's friction effort f(q̇) and, when slope is not NULL, ∂f/∂q̇: the expressions of
@@ -401,6 +406,17 @@ static double friction_of(const Stepper *s, Py_ssize_t i, double v, double *slop
                  - 2.0 * v * inv_vs2 * decay * th;
     }
     return s->damping[i] * v + (s->friction[i] + decay) * th;
+}
+
+/* c(q̇) of coordinate i, rb_dynamics.dynamics.friction.coulomb_bound: coulomb + stribeck·
+ * exp(−(q̇/v_s)²), in its order */
+static double coulomb_bound_of(const Stepper *s, Py_ssize_t i, double v)
+{
+    double vs = s->stribeck_velocity[i], fs = s->stribeck[i];
+    int on = vs > 0.0 && fs > 0.0;
+    double inv_vs2 = on ? 1.0 / (vs * vs) : 0.0;
+    double decay = on ? fs * exp(-(v * v) * inv_vs2) : 0.0;
+    return s->friction[i] + decay;
 }
 
 /* applied = τ + losses(v) = τ − f(q̇), simulation.joint_losses */
@@ -453,6 +469,38 @@ static int cholesky_solve(double *A, double *x, Py_ssize_t n)
     return 1;
 }
 
+/* friction_step.stick_slip_velocity: argmin_x ½ (x − w)ᵀ A (x − w) + Σ b_i |x_i| by coordinate
+ * descent with soft thresholding, the same scalar operations in the same order */
+static void stick_slip(const double *A, const double *w, const double *b, double *x,
+                       Py_ssize_t n)
+{
+    double scale = 0.0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        x[i] = w[i];
+        if (fabs(w[i]) > scale)
+            scale = fabs(w[i]);
+    }
+    double tolerance = STICK_SLIP_TOLERANCE * (1.0 + scale);
+    for (int sweep = 0; sweep < STICK_SLIP_SWEEPS; sweep++) {
+        double change = 0.0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            const double *row = A + i * n;
+            double coupled = 0.0;
+            for (Py_ssize_t j = 0; j < n; j++)
+                if (j != i)
+                    coupled += row[j] * (x[j] - w[j]);
+            double z = w[i] - coupled / row[i];
+            double t = b[i] / row[i];
+            double next = z > t ? z - t : (z < -t ? z + t : 0.0);
+            if (fabs(next - x[i]) > change)
+                change = fabs(next - x[i]);
+            x[i] = next;
+        }
+        if (change <= tolerance)
+            break;
+    }
+}
+
 /* simulation._accel_implicit_losses: (M + dt·C) a = τ + losses(q̇) − h, C = max(∂f/∂q̇, 0) */
 static int accel_implicit(const Stepper *s, const double *q, const double *v, const double *tau,
                           double *a)
@@ -472,6 +520,35 @@ static int accel_implicit(const Stepper *s, const double *q, const double *v, co
     return cholesky_solve(s->M, a, n) && all_finite(a, n);
 }
 
+/* friction_step.friction_step_velocity: v1 after a semi-implicit step with viscous damping
+ * implicit and Coulomb friction set-valued; 0 when an input or the result is not finite or A is
+ * not positive definite */
+static int friction_step(const Stepper *s, const double *q, const double *v, const double *tau,
+                         double *v1)
+{
+    Py_ssize_t n = s->n;
+    const double *in[2] = {q, v};
+    s->crba(in, s->M);
+    s->nle(in, s->h);
+    if (!all_finite(s->M, n * n) || !all_finite(s->h, n))
+        return 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        s->M[i * n + i] += s->dt * s->damping[i];
+        s->rhs[i] = tau[i] - s->damping[i] * v[i] - s->h[i];
+    }
+    memcpy(s->A, s->M, sizeof(double) * (size_t)(n * n)); /* the Cholesky overwrites M */
+    if (!cholesky_solve(s->M, s->rhs, n) || !all_finite(s->rhs, n))
+        return 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        s->rhs[i] = v[i] + s->dt * s->rhs[i]; /* v_free */
+        s->bound[i] = s->dt * coulomb_bound_of(s, i, v[i]);
+    }
+    if (!all_finite(s->bound, n))
+        return 0;
+    stick_slip(s->A, s->rhs, s->bound, v1, n);
+    return all_finite(v1, n);
+}
+
 /* The next RK4 stage's state from the previous stage's velocity vp and acceleration kp:
    (q + vp·h, v + kp·h) */
 static void rk4_stage(Py_ssize_t n, double h, const double *q, const double *v, const double *vp,
@@ -489,7 +566,16 @@ static int one_step(const Stepper *s, int method, const double *q, const double 
 {
     Py_ssize_t n = s->n;
     double dt = s->dt, half = 0.5 * dt;
-    if (method == SEMI_IMPLICIT_EULER) {
+    if (method != RK4) {
+        if (s->implicit && method == SEMI_IMPLICIT_EULER) { /* simulation.step: v1 from the friction step, a = (v1 − v)/dt */
+            if (!friction_step(s, q, v, tau, v1))
+                return 0;
+            for (Py_ssize_t i = 0; i < n; i++) {
+                a[i] = (v1[i] - v[i]) / dt;
+                q1[i] = q[i] + v1[i] * dt;
+            }
+            return 1;
+        }
         if (!(s->implicit ? accel_implicit(s, q, v, tau, a) : accel(s, q, v, tau, a)))
             return 0;
         for (Py_ssize_t i = 0; i < n; i++) {
@@ -663,9 +749,11 @@ static PyObject *m_rollout(PyObject *op, PyObject *const *args, Py_ssize_t nargs
     long method = PyLong_AsLong(args[6]);
     if (PyErr_Occurred())
         return NULL;
-    if (!(dt > 0.0 && isfinite(dt)) || (method != SEMI_IMPLICIT_EULER && method != RK4)) {
+    if (!(dt > 0.0 && isfinite(dt)) ||
+        (method != SEMI_IMPLICIT_EULER && method != RK4 && method != SEMI_IMPLICIT_SMOOTH)) {
         PyErr_SetString(PyExc_ValueError, "rollout: dt must be positive and finite, the "
-                        "integrator 0 (semi-implicit Euler) or 1 (RK4)");
+                        "integrator 0 (semi-implicit Euler), 1 (RK4) or 2 (semi-implicit "
+                        "Euler, smooth friction)");
         return NULL;
     }
     Stepper s = {.nle = self->k[NLE].one, .crba = self->k[CRBA].one, .aba = self->k[ABA].one,
@@ -682,14 +770,14 @@ static PyObject *m_rollout(PyObject *op, PyObject *const *args, Py_ssize_t nargs
     s.lower = stops[0], s.upper = stops[1];
     for (Py_ssize_t i = 0; s.damping && i < n; i++)
         s.implicit |= s.damping[i] != 0.0 || s.friction[i] != 0.0 || s.stribeck[i] != 0.0;
-    double *scratch = PyMem_RawMalloc(sizeof(double) * (size_t)(n * n + 11 * n + 1));
+    double *scratch = PyMem_RawMalloc(sizeof(double) * (size_t)(2 * n * n + 12 * n + 1));
     if (scratch == NULL)
         return PyErr_NoMemory();
     double **slots[] = {&s.h, &s.rhs, &s.applied, &s.qs, &s.a[0], &s.a[1], &s.a[2], &s.a[3],
-                        &s.vs[0], &s.vs[1], &s.vs[2]};
-    s.M = scratch;
+                        &s.vs[0], &s.vs[1], &s.vs[2], &s.bound};
+    s.M = scratch, s.A = scratch + n * n;
     for (size_t j = 0; j < sizeof(slots) / sizeof(slots[0]); j++)
-        *slots[j] = scratch + n * n + (Py_ssize_t)j * n;
+        *slots[j] = scratch + 2 * n * n + (Py_ssize_t)j * n;
     /* the arrays are referenced by the caller's frame; the kernels touch no Python object,
      * the law is called with the GIL */
     PyThreadState *thread = PyEval_SaveThread();
@@ -806,7 +894,8 @@ static PyMethodDef kernels_methods[] = {
      "        stribeck_velocity, lower, upper, law)\n"
      "N = len(A) steps from Q[0], V[0] into the rows of Q, V (N+1, nv), A and hit (N, nv);\n"
      "tau (nv,) held or (N, nv) per step; law: None, or law(k) -> the efforts of step k,\n"
-     "called before it and written to tau[k]; integrator 0: semi-implicit Euler, 1: RK4;\n"
+     "called before it and written to tau[k]; integrator 0: semi-implicit Euler (stick-slip\n"
+     "friction), 1: RK4, 2: semi-implicit Euler with the smooth friction law linearised;\n"
      "damping, friction, stribeck, stribeck_velocity (the joint losses) and lower, upper:\n"
      "(nv,) arrays, or all of a group None (no losses, no stops).\n"
      "Returns the steps taken: it stops before a step that is not finite (see the source)."},

@@ -19,7 +19,7 @@ from .codegen_ir import KernelIR
 # the per-model library ABI and the trampoline's (its rollout arguments, its kernels: momentum);
 # equals RB_KERNEL_ABI in _ckernels.c, so that an extension built from an older _ckernels.c is
 # not used
-ABI = 3
+ABI = 4
 
 
 def emit_c(ir: KernelIR) -> str:

@@ -3,15 +3,24 @@
 
 Per velocity coordinate, with the model's ``damping`` (viscous), ``friction`` (Coulomb),
 ``stribeck_friction`` and ``stribeck_velocity`` (a dynamics overlay sets the last two,
-``rb_dynamics.model.overlay``):
+``rb_dynamics.model.overlay``), the law is
 
-    f(q̇) = viscous·q̇ + (coulomb + stribeck·exp(−(q̇/v_s)²))·tanh(q̇/ε)
+    f(q̇) = viscous·q̇ + c(q̇)·sign(q̇),   c(q̇) = coulomb + stribeck·exp(−(q̇/v_s)²)
 
-ε = ``COULOMB_SMOOTHING``. A coordinate whose ``stribeck_velocity`` or ``stribeck_friction``
-is 0 has no Stribeck term. f is the effort friction takes from the drive (it opposes motion:
-the simulator applies −f, the controller's friction compensation adds +f). ``friction_slope``
-is ∂f/∂q̇, which the simulator's semi-implicit step takes implicitly; the C roll-out
-(``_ckernels.c``: ``friction_of``) writes the same expressions, in the same order.
+with sign set-valued at rest: a joint at rest holds any effort up to c(0) = coulomb + stribeck
+(the breakaway). A coordinate whose ``stribeck_velocity`` or ``stribeck_friction`` is 0 has no
+Stribeck term. f is the effort friction takes from the drive (it opposes motion). One law, two
+evaluations:
+
+- smooth, for control: ``friction_effort`` replaces sign(q̇) by tanh(q̇/ε), ε =
+  ``COULOMB_SMOOTHING``, a function the controller's friction compensation adds (+f) and the
+  observer subtracts, and the simulator's RK4 applies (−f); ``friction_slope`` is its ∂f/∂q̇;
+- set-valued, for the simulator's semi-implicit step with ``friction_law`` "stick_slip":
+  ``coulomb_bound`` is c(q̇), the most effort the Coulomb and Stribeck term can take; the step
+  lets a joint stick or slip under it (``rb_dynamics.simulation.friction_step``).
+
+The C roll-out and observer (``_ckernels.c``: ``friction_of``, ``coulomb_bound_of``) write the
+same expressions, in the same order.
 
 Units: N·m or N for efforts, rad/s or m/s for velocities.
 """
@@ -22,7 +31,7 @@ import numpy as np
 
 from rb_dynamics.model import COULOMB_SMOOTHING, Model
 
-__all__ = ["friction_effort", "friction_slope", "has_friction"]
+__all__ = ["coulomb_bound", "friction_effort", "friction_slope", "has_friction"]
 
 
 def has_friction(model: Model) -> bool:
@@ -39,8 +48,17 @@ def _stribeck(model: Model, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return decay, inv_vs2
 
 
+def coulomb_bound(model: Model, v) -> np.ndarray:
+    """c(q̇) = coulomb + stribeck·exp(−(q̇/v_s)²) over v (shape of ``v``): the magnitude of the
+    set-valued Coulomb and Stribeck term (at rest: the most it holds)."""
+    v = np.asarray(v, dtype=float)
+    decay, _ = _stribeck(model, v)
+    return model.friction + decay
+
+
 def friction_effort(model: Model, v) -> np.ndarray:
-    """f(q̇) over v (shape of ``v``: (nv,) or (N, nv)): the law in the module docstring."""
+    """The smooth f(q̇) over v (shape of ``v``: (nv,) or (N, nv)): viscous·q̇ +
+    c(q̇)·tanh(q̇/ε)."""
     v = np.asarray(v, dtype=float)
     decay, _ = _stribeck(model, v)
     return model.damping * v + (model.friction + decay) * np.tanh(v / COULOMB_SMOOTHING)

@@ -1,11 +1,17 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Forward-dynamics simulation without ROS: integrators, the ``Simulator``, compiled steps, the
-joint drives of a simulated ``<ros2_control>`` block and the joint sensors of a real arm's
-driver (delay, jitter, noise, offset, quantisation).
+"""Forward-dynamics simulation without ROS: integrators, the stick–slip friction step, the
+``Simulator``, compiled steps, the joint drives of a simulated ``<ros2_control>`` block and the
+joint sensors of a real arm's driver (delay, jitter, noise, offset, quantisation).
 
 Imports ``rb_dynamics.dynamics`` and ``rb_dynamics.model``.
 """
 
+from .friction_step import (
+    STICK_SLIP_SWEEPS,
+    STICK_SLIP_TOLERANCE,
+    friction_step_velocity,
+    stick_slip_velocity,
+)
 from .joint_drives import (
     DEFAULT_BANDWIDTH,
     DEFAULT_DAMPING_RATIO,
@@ -20,6 +26,7 @@ from .joint_drives import (
 )
 from .sensors import JointSensors, Reading, StateHistory
 from .simulator import (
+    FRICTION_LAWS,
     INTEGRATORS,
     CompiledSteps,
     SimulationStep,
@@ -38,10 +45,13 @@ __all__ = [
     "CompiledSteps",
     "DEFAULT_BANDWIDTH",
     "DEFAULT_DAMPING_RATIO",
+    "FRICTION_LAWS",
     "INTEGRATORS",
     "JointDrives",
     "JointSensors",
     "STABILITY_MARGIN",
+    "STICK_SLIP_SWEEPS",
+    "STICK_SLIP_TOLERANCE",
     "Reading",
     "ServoGains",
     "ServoSimulator",
@@ -51,6 +61,7 @@ __all__ = [
     "Trace",
     "apply_position_limits",
     "compiled_steps",
+    "friction_step_velocity",
     "integrate",
     "joint_losses",
     "make_drives",
@@ -60,4 +71,5 @@ __all__ = [
     "servo_gains",
     "step",
     "step_spectral_radius",
+    "stick_slip_velocity",
 ]

@@ -10,8 +10,12 @@ that updates once per step):
 - ``rk4``: classical Runge–Kutta 4 with the stage configurations q ⊕ k·dt.
 
 Joint friction (``rb_dynamics.dynamics.friction``: the URDF ``<dynamics>`` viscous and
-Coulomb terms, smoothed by tanh(q̇/ε), and an overlay's Stribeck term) acts as a resisting
-torque; the joints' armature is in the dynamics (M(q) and ABA). A ``ConstraintSet`` (loop
+Coulomb terms and an overlay's Stribeck term) acts as a resisting torque, Coulomb friction
+smoothed by tanh(q̇/ε) (the controller's and the observer's evaluation), in semi-implicit
+Euler linearly implicit (``_accel_implicit_losses``); or, with ``friction_law`` "stick_slip"
+in semi-implicit Euler without constraints, as the law is, Coulomb friction set-valued (a
+joint sticks or slips, ``friction_step``), viscous damping implicit. The joints' armature is
+in the dynamics (M(q) and ABA). A ``ConstraintSet`` (loop
 closures, fixed points, welds, couplings) replaces the free acceleration by the constrained one
 at every stage. Position limits act as
 inelastic stops: a joint that would pass a limit is put on it and its velocity into the limit
@@ -20,7 +24,8 @@ is zeroed (with constraints, a stop can open a loop: keep loops away from the li
 ``step`` is the readable reference. ``compiled_steps`` gives the fast path for the common case
 (a fixed-base model with 1-DoF joints, C kernels, no constraints or external wrenches): many
 steps of ``step`` in one call into C (``Kernels.rollout`` in ``_ckernels.c``), equal to ``step``
-to rounding (the implicit-loss solve there is a Cholesky, here an LU solve). ``Simulator``
+to rounding (the implicit solve there is a Cholesky, here an LU solve; the stick–slip sweeps are
+the same scalar operations). ``Simulator``
 and ``~/simulate`` use it when it applies.
 """
 
@@ -51,7 +56,10 @@ from rb_dynamics.model import (
     skew,
 )
 
+from .friction_step import friction_step_velocity
+
 __all__ = [
+    "FRICTION_LAWS",
     "INTEGRATORS",
     "CompiledSteps",
     "SimulationStep",
@@ -67,6 +75,10 @@ __all__ = [
 ]
 
 INTEGRATORS = ("semi_implicit_euler", "rk4")
+# semi-implicit Euler's joint friction: the smooth law linearised (``_accel_implicit_losses``:
+# the controller's and the observer's own law as the truth; it can cycle at period 2 on a light
+# joint), or the sign law, stick–slip (``friction_step``)
+FRICTION_LAWS = ("smooth", "stick_slip")
 
 
 def _so3_left_jacobian(phi: np.ndarray) -> np.ndarray:
@@ -156,13 +168,15 @@ def apply_position_limits(model: Model, q: np.ndarray, v: np.ndarray) -> tuple[n
 def _accel_implicit_losses(dyn: Dynamics, q, v, tau, dt: float,
                            constraints: ConstraintSet | None = None,
                            t: float = 0.0) -> np.ndarray:
-    """Acceleration over a step with the joint losses taken at the end of the step, linearised:
-    (M + dt·C) a = τ + losses(v) − h, C = max(∂f/∂q̇, 0) (``dynamics.friction_slope``).
+    """The acceleration over a step with the smooth joint losses taken at the end of the step,
+    linearised: (M + dt·C) a = τ + losses(v) − h, C = max(∂f/∂q̇, 0)
+    (``dynamics.friction_slope``).
 
-    Friction of a light link (a wrist: 0.2 N·m over ε = 0.1 rad/s on 1e-4 kg·m²) is far too
-    stiff for an explicit step at 1 ms; this form is stable for any damping. The negative
-    slope of a Stribeck dip stays explicit: taken implicitly it could make M + dt·C
-    indefinite on a light link.
+    Friction of a light link (a wrist: 1 N·m over ε = 0.1 rad/s on 1.4e-4 kg·m²) is far too
+    stiff for an explicit step at 1 ms; linearised, it does not diverge, but once tanh
+    saturates it can cycle between ±v every step (``friction_step``'s stick–slip does not).
+    The negative slope of a Stribeck dip stays explicit: taken implicitly it could make
+    M + dt·C indefinite on a light link.
     """
     model = dyn.model
     slope = np.maximum(friction_slope(model, v), 0.0)
@@ -226,17 +240,21 @@ def step(
     limits: bool = True,
     constraints: ConstraintSet | None = None,
     t: float = 0.0,
+    friction_law: str = "smooth",
 ) -> SimulationStep:
     """One integration step of ``dt`` seconds under the constant effort ``tau`` (N·m or N).
 
     ``dyn`` is the model's dynamics (``rb_dynamics.dynamics``); ``method`` one of
-    ``INTEGRATORS``. Semi-implicit Euler treats the joint losses linearly implicitly (see
-    ``_accel_implicit_losses``). With ``constraints``, every acceleration is the constrained
-    one (``f_ext`` is then not used; ``t`` is the time the constraints see). Raises ValueError
-    for a ``dt`` that is not positive and finite or an unknown ``method``.
+    ``INTEGRATORS``. Semi-implicit Euler takes the smooth joint friction law linearly implicit
+    (``_accel_implicit_losses``), or with ``friction_law`` "stick_slip" (and no constraints)
+    the sign law as ``friction_step`` says; RK4 the smooth law. With ``constraints``, every
+    acceleration is the constrained one (``f_ext`` is then not used; ``t`` is the time the
+    constraints see). Raises ValueError for a ``dt`` that is not positive and finite, an
+    unknown ``method`` or ``friction_law`` (one of ``FRICTION_LAWS``).
     """
     check_positive(dt, "dt")
     check_choice(method, INTEGRATORS, "integrator")
+    check_choice(friction_law, FRICTION_LAWS, "friction_law")
     model = dyn.model
 
     def accel(qs, vs):
@@ -248,8 +266,13 @@ def step(
 
     if method == "semi_implicit_euler":
         stiff = losses and not f_ext and has_friction(model)
-        a = _accel_implicit_losses(dyn, q, v, tau, dt, constraints, t) if stiff else accel(q, v)
-        v_next = v + a * dt
+        if stiff and not constraints and friction_law == "stick_slip":  # friction_step
+            v_next = friction_step_velocity(dyn, q, v, tau, dt)
+            a = (v_next - v) / dt
+        else:
+            a = _accel_implicit_losses(dyn, q, v, tau, dt, constraints, t) if stiff \
+                else accel(q, v)
+            v_next = v + a * dt
         q_next = integrate(model, q, v_next, dt)
     elif method == "rk4":
         a1 = accel(q, v)
@@ -288,8 +311,8 @@ class Trace:
 
 
 def compiled_steps(dyn: Dynamics, method: str, *, losses: bool = True, limits: bool = True,
-                   constraints: ConstraintSet | None = None,
-                   f_ext=None) -> CompiledSteps | None:
+                   constraints: ConstraintSet | None = None, f_ext=None,
+                   friction_law: str = "smooth") -> CompiledSteps | None:
     """The compiled roll-out of ``step`` with these options, or None where only ``step``
     applies: no C kernels (``dyn.kernels``), constraints, external wrenches, or a joint with
     more than one coordinate (free-flyer, planar)."""
@@ -298,7 +321,7 @@ def compiled_steps(dyn: Dynamics, method: str, *, losses: bool = True, limits: b
             or method not in INTEGRATORS
             or not dyn.model.only_one_dof_joints):
         return None
-    return CompiledSteps(dyn, kernels, method, losses, limits)
+    return CompiledSteps(dyn, kernels, method, losses, limits, friction_law)
 
 
 class CompiledSteps:
@@ -311,10 +334,14 @@ class CompiledSteps:
     model's friction coefficients and position limits are read at each call.
     """
 
-    def __init__(self, dyn: Dynamics, kernels, method: str, losses: bool, limits: bool):
+    def __init__(self, dyn: Dynamics, kernels, method: str, losses: bool, limits: bool,
+                 friction_law: str = "smooth"):
         self.dyn, self.kernels, self.method = dyn, kernels, method
         self.losses, self.limits = losses, limits
-        self._integrator = INTEGRATORS.index(method)  # 0, 1 as _ckernels expects
+        check_choice(friction_law, FRICTION_LAWS, "friction_law")
+        # 0 (stick–slip), 1 as _ckernels expects; 2: semi-implicit Euler with the smooth law
+        self._integrator = 2 if method == INTEGRATORS[0] and friction_law == "smooth" \
+            else INTEGRATORS.index(method)
 
     def run(self, q: np.ndarray, v: np.ndarray, tau: np.ndarray | None, dt: float,
             steps: int, law: Callable[[int, np.ndarray, np.ndarray], np.ndarray] | None = None,
@@ -361,8 +388,10 @@ class Simulator:
 
     def __init__(self, dyn: Dynamics, dt: float = 1e-3, integrator: str = "semi_implicit_euler",
                  q0: np.ndarray | None = None, v0: np.ndarray | None = None,
-                 command_timeout: float = 0.5, constraints: ConstraintSet | None = None):
+                 command_timeout: float = 0.5, constraints: ConstraintSet | None = None,
+                 friction_law: str = "smooth"):
         check_choice(integrator, INTEGRATORS, "integrator")
+        self.friction_law = check_choice(friction_law, FRICTION_LAWS, "friction_law")
         check_positive(dt, "dt")
         model = dyn.model
         self.dynamics, self.model, self.dt, self.integrator = dyn, model, float(dt), integrator
@@ -437,7 +466,8 @@ class Simulator:
         """Advance by ``duration`` seconds in steps of dt (at most ``max_steps``)."""
         steps = min(round(duration / self.dt), max_steps)
         done = 0
-        fast = compiled_steps(self.dynamics, self.integrator, constraints=self.constraints)
+        fast = compiled_steps(self.dynamics, self.integrator, constraints=self.constraints,
+                              friction_law=self.friction_law)
         if fast is not None and steps > 0:
             done = self._advance_compiled(fast, steps)
         for _ in range(steps - done):  # the reference: no fast path, or from a refused step
@@ -447,7 +477,8 @@ class Simulator:
             if self.wrench is not None:  # the push acts; the drives' effort is what is recorded
                 effort = effort + self.external_effort()
             result = step(self.dynamics, self.q, self.v, effort, self.dt,
-                          self.integrator, constraints=self.constraints, t=self.time)
+                          self.integrator, constraints=self.constraints, t=self.time,
+                          friction_law=self.friction_law)
             self.q, self.v, self.a, self.limit_hit = result.q, result.v, result.a, result.limit_hit
             self.time += self.dt
         return steps

@@ -100,7 +100,8 @@ def make_simulator(model: Model, layout: CommandLayout, dynamics: Dynamics,
         drives = JointDrives(model, layout, gains, command_timeout=settings["command_timeout"])
     return ServoSimulator(dynamics, drives, dt=settings["time_step"],
                           integrator=settings["integrator"], q0=q0, v0=v0,
-                          constraints=constraints or None)
+                          constraints=constraints or None,
+                          friction_law=settings["friction_law"])
 
 
 def _initial_state(model: Model, layout: CommandLayout, joints: JointLayout,
