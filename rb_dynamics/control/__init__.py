@@ -5,12 +5,14 @@ impedance (``law``); joint trajectories, their spline and sampler (``trajectory`
 ros2_control's soft joint limits (``limits``); joint velocities from positions
 (``velocity``); the feasibility of a trajectory against the URDF's limits (``feasibility``);
 the external efforts a robot feels, from the generalised momentum (``momentum_observer``), and
-collisions detected on them (``collision``).
+collisions detected on them (``collision``); what the drive adds to a command itself and
+what its reported effort contains (``drive``).
 
 Imports ``rb_dynamics.dynamics`` and ``rb_dynamics.model``.
 """
 
 from .collision import REACTIONS, Collision, CollisionDetector
+from .drive import DRIVE_SETTINGS, DriveConventions, rest_mismatch
 from .feasibility import (
     DEFAULT_SAMPLES_PER_SEGMENT,
     MAX_CHECKED_STATES,
@@ -67,6 +69,8 @@ __all__ = [
     "ControlOutput",
     "ControllerError",
     "DEFAULT_SAMPLES_PER_SEGMENT",
+    "DRIVE_SETTINGS",
+    "DriveConventions",
     "EffortLimiter",
     "FeasibilityReport",
     "JointController",
@@ -94,6 +98,7 @@ __all__ = [
     "feasibility_report",
     "holding_effort",
     "position_error",
+    "rest_mismatch",
     "restart_trajectory",
     "swap_dynamics",
     "shortest_way_start",

@@ -25,6 +25,8 @@ import numpy as np
 from rb_dynamics.dynamics import Dynamics, PayloadEffort, friction_effort
 from rb_dynamics.model import Model, check_choice
 
+from .drive import DriveConventions
+
 __all__ = [
     "CONTROL_MODES",
     "REFERENCE_MODES",
@@ -92,10 +94,19 @@ class ControlLaw:
 
     With ``friction_compensation`` the model's joint friction f(q̇) is added
     (``dynamics.friction_effort``: the URDF's viscous and Coulomb terms, an overlay's Stribeck
-    term; the law the simulator applies), at the measured velocity in gravity compensation and
-    at the reference velocity when following a reference:
-    compensating friction from the measured (noisy, a step late) velocity is a high-gain
-    positive feedback on light links.
+    term; the law the simulator applies) at the reference velocity when following a
+    reference: a feed-forward, which cannot destabilise the loop. Gravity compensation has no
+    reference: there f is evaluated at the measured velocity, a positive velocity feedback
+    that leaves the joint with its true friction minus the compensated one as its only
+    damping, so it runs away wherever the compensated friction exceeds the true one. A URDF's
+    ``<dynamics>`` promises nothing of the sort (simulators' values, often several times the
+    arm's), so gravity compensation adds only the friction an overlay gave
+    (``Model.identified_friction``: identified on the arm), and none on the other joints
+    (docs/drives.md, "Friction compensation and stability").
+
+    ``drive`` (``DriveConventions``) says what the drive adds to a command itself: on a drive
+    that compensates gravity the command is τ − g(q) of the model (a payload's gravity stays
+    in it), and on one that compensates friction no friction is added.
 
     ``payload`` (a ``rb_dynamics.dynamics.PayloadEffort`` built for ``dynamics.model``) adds a
     payload the model does not carry: its gravity in gravity compensation and impedance, its
@@ -111,6 +122,7 @@ class ControlLaw:
     payload: PayloadEffort | None = None
     stiffness: np.ndarray | None = None
     damping: np.ndarray | None = None
+    drive: DriveConventions = DriveConventions()
 
     def __post_init__(self) -> None:
         model = self.dynamics.model
@@ -161,6 +173,15 @@ class ControlLaw:
         tau = self.dynamics.gravity(q)
         return tau if self.payload is None else tau + self.payload.gravity(q)
 
+    def holding_command(self, q: np.ndarray) -> np.ndarray:
+        """The command that holds the arm still at ``q``, over v: ``gravity_effort`` less
+        what the drive adds itself (``drive``: the model's g(q) on a drive that compensates
+        gravity)."""
+        if not self.drive.compensates_gravity:
+            return self.gravity_effort(q)
+        return np.zeros(self.dynamics.model.nv) if self.payload is None \
+            else self.payload.gravity(q)
+
     def effort(self, q: np.ndarray, v: np.ndarray, q_d: np.ndarray | None = None,
                v_d: np.ndarray | None = None, a_d: np.ndarray | None = None,
                feedforward: np.ndarray | None = None,
@@ -174,8 +195,9 @@ class ControlLaw:
         model = self.dynamics.model
         payload = self.payload
         mode = self.mode
+        drive = self.drive
         if mode == "gravity_compensation":
-            tau, error, v_friction = self.gravity_effort(q), None, v
+            tau, error, v_friction = self.holding_command(q), None, v
         else:
             error = q_d - q
             if self._wrap:
@@ -187,19 +209,24 @@ class ControlLaw:
                 if self.integrating:
                     a_command += self.integral
                 tau = self.dynamics.rnea(q, v, a_command)
+                if drive.compensates_gravity:
+                    tau = drive.command(tau, self.dynamics.gravity(q))
                 if payload is not None:
                     tau = tau + payload.effort(q, v, a_command)
             else:  # impedance
                 tau = self.stiffness * error
                 tau += self.damping * (v_d - v)
-                tau += self.gravity_effort(q)
+                tau += self.holding_command(q)
                 if self.integrating:
                     tau += self.integral
             if feedforward is not None:
                 tau = tau + feedforward
             v_friction = v_d
-        if self.friction_compensation:
-            tau = tau + friction_effort(model, v_friction)
+        if self.friction_compensation and not drive.compensates_friction:
+            friction = friction_effort(model, v_friction)
+            if error is None:  # at the measured velocity: identified friction only
+                friction = np.where(model.identified_friction, friction, 0.0)
+            tau = tau + friction
         return tau, error
 
 

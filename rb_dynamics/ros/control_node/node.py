@@ -55,7 +55,7 @@ from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackRet
 from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 
-from rb_dynamics.control import JointController
+from rb_dynamics.control import DRIVE_SETTINGS, DriveConventions, JointController
 from rb_dynamics.dynamics import LiveDynamics
 from rb_dynamics.model import Model
 from rb_dynamics.ros import parameters as ros_params
@@ -104,6 +104,7 @@ class ControlNode(LifecycleNode):
                                 self.warn)
         self.loop.set_max_rate(settings["max_publish_rate"])
         self.loop.stop_command = settings["stop_command"]
+        self.loop.drive_check.enabled = settings["drive.check_at_start"]
         self.model_loader = ModelLoader(self, self.loop, self._build_controller,
                                         self._installed)
         self.trajectory_action = TrajectoryAction(self, self.loop, self._state,
@@ -168,6 +169,8 @@ class ControlNode(LifecycleNode):
                                      **controller_options(value))
         controller.set_gains(**impedance_gains(controller, value))
         controller.effort_scale = value("effort_scale")
+        controller.law.drive = DriveConventions(**{name: value(f"drive.{name}")
+                                                   for name in DRIVE_SETTINGS})
         self.payload.attach(controller)
         return controller
 
