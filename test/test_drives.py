@@ -87,7 +87,7 @@ def test_a_drive_that_compensates_gravity_holds_and_tracks_with_the_matching_set
 
 def test_the_default_settings_say_what_is_wrong_before_commanding(tmp_path):
     rig = ClosedLoop(tmp_path, DEFAULT_URDF, HOME, 0.02, kp=[400.0], mode="gravity_compensation",
-                     sim_params=UR_LIKE)
+                     sim_params={**UR_LIKE, **WAITING})
     try:
         commands = []  # wall-clock arrival of each command at the simulator
         rig.peer.node.create_subscription(Float64MultiArray, f"/{SIM}/commands",
