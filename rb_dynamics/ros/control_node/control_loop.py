@@ -331,9 +331,7 @@ class ControlLoop:
         if first and self._first_state is not None:
             self._first_state()
         if not self.drive_check.done:  # before the first command
-            finding = self.drive_check.observe(msg, controller)
-            if finding:
-                self.problem(f"drive settings: {finding}", "drive check")
+            self.drive_check.observe(msg, controller, self.problem)
         if self._restart_reference:
             self._restart_reference = False
             if restart_trajectory(controller, state_time):

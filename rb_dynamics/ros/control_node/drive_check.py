@@ -13,6 +13,7 @@ command goes out when it did without the check.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -33,9 +34,11 @@ class DriveCheck:
         self.finding = ""  # what is wrong ("": nothing found)
         self.verdict = "not yet"  # for /diagnostics
 
-    def observe(self, msg: Any, controller: JointController) -> str:
+    def observe(self, msg: Any, controller: JointController,
+                say: Callable[[str, str], None] | None = None) -> str:
         """Look at ``msg`` (a sensor_msgs/JointState ``controller`` has just taken); the
-        finding, "" when the efforts fit the settings or tell nothing. Once."""
+        finding, "" when the efforts fit the settings or tell nothing, also told to ``say``
+        (text, key: the loop's ``problem``) when there is one. Once."""
         self.done = True
         if not self.enabled:
             self.verdict = "off (drive.check_at_start)"
@@ -51,4 +54,6 @@ class DriveCheck:
         gravity = controller.law.gravity_effort(q)
         self.finding = rest_mismatch(controller.law.drive, reported[index], gravity[index])
         self.verdict = self.finding or "the efforts at rest fit the drive settings"
+        if self.finding and say is not None:
+            say(f"drive settings: {self.finding}", "drive check")
         return self.finding
