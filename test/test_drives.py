@@ -133,3 +133,34 @@ def test_gravity_compensation_with_a_vendor_urdf_stays_where_it_is(tmp_path, pos
         assert drift.max() <= 0.05, (drift, rig.logs())
     finally:
         rig.close()
+
+
+def test_the_observer_and_payload_identification_read_whole_joint_efforts():
+    """What the contact observer and ~/identify_payload are given from a drive's reported
+    efforts: g(q) and the model's friction at the measured velocity added where the drive
+    leaves them out (the hooks of contact.py and payload_services.py, without a node)."""
+    from rb_dynamics.control import DriveConventions, JointController
+    from rb_dynamics.dynamics import friction_effort, make_dynamics
+    from rb_dynamics.model import load_model
+    from rb_dynamics.ros.control_node.contact import joint_efforts
+    from rb_dynamics.ros.control_node.payload_services import whole_resting_efforts
+
+    model = load_model(DEFAULT_URDF)
+    dynamics = make_dynamics(model, "reference")
+    controller = JointController(model, dynamics=dynamics)
+    names, v = list(reversed(model.joint_names)), np.full(6, 0.2)
+    controller.update_state(names, HOME[::-1].tolist(), v.tolist(), 0.0)
+    reported = np.linspace(-1.0, 1.0, 6)  # in the order of ``names``
+    in_model_order = reported[::-1]
+    assert np.array_equal(joint_efforts(controller, names, reported), in_model_order)
+    np.testing.assert_array_equal(
+        whole_resting_efforts(controller, dynamics, HOME[None], in_model_order[None]),
+        in_model_order[None])
+    controller.law.drive = DriveConventions(True, True, effort_includes_gravity=False,
+                                            effort_includes_friction=False)
+    np.testing.assert_allclose(joint_efforts(controller, names, reported),
+                               in_model_order + dynamics.gravity(HOME)
+                               + friction_effort(model, v), atol=1e-12)
+    np.testing.assert_allclose(
+        whole_resting_efforts(controller, dynamics, HOME[None], in_model_order[None]),
+        (in_model_order + dynamics.gravity(HOME))[None], atol=1e-12)
