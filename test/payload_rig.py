@@ -65,10 +65,12 @@ class ClosedLoop:
 
     def __init__(self, tmp_path: Path, urdf: Path, q0: np.ndarray, effort_noise: float,
                  kp=(400.0,), lockstep: bool = True, publish_rate: float = 1000.0,
-                 mode: str = "computed_torque"):
+                 mode: str = "computed_torque", sim_params: dict | None = None,
+                 control_params: dict | None = None):
         """``kp`` per joint (1/s²; kd = 2√kp, critically damped) or one for all. The simulated
         joints have their URDF damping but no Coulomb friction: the simulator's smoothed
-        Coulomb model (no stiction) makes a soft joint creep to rest for seconds."""
+        Coulomb model (no stiction) makes a soft joint creep to rest for seconds.
+        ``sim_params`` and ``control_params``: more parameters of each node (they win)."""
         self.model = load_model(urdf)
         self.joints = self.model.actuated_joint_names
         self.q_index = [self.model.joint_q_index[self.model.joint_index(n)] for n in self.joints]
@@ -78,12 +80,14 @@ class ClosedLoop:
             "publish_rate": publish_rate, "time_step": 0.001, "publish_clock": lockstep,
             "command_timeout": 0.2, "start_paused": True, "lockstep": lockstep,
             "lockstep_timeout": 5.0,
-            "effort_noise": float(effort_noise), "friction": [0.0] * self.model.nv})
+            "effort_noise": float(effort_noise), "friction": [0.0] * self.model.nv,
+            **(sim_params or {})})
         kp = [float(k) for k in kp]
         self.control = Session("rb_dynamics.ros.control_node", tmp_path, {
             "urdf_path": str(urdf), "mode": mode, "kp": kp,
             "kd": [2.0 * math.sqrt(k) for k in kp], "state_timeout": 0.1,
-            "use_sim_time": lockstep}, "-r", f"~/effort_commands:=/{SIM}/commands",
+            "use_sim_time": lockstep, **(control_params or {})}, "-r",
+            f"~/effort_commands:=/{SIM}/commands",
             peer=self.sim.peer)
         self.peer = self.sim.peer
         n = self.peer.node

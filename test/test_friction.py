@@ -76,11 +76,17 @@ def test_stribeck_lifts_the_breakaway_and_dips_the_slope():
 
 def test_compensation_cancels_the_simulators_losses():
     """The controller adds f at the velocity it compensates at; the simulator applies −f: the
-    same law, so they cancel exactly."""
+    same law, so they cancel exactly, on the joints whose friction the overlay gave. Gravity
+    compensation adds none on the joints with only the URDF's <dynamics> (the last two)."""
     rng = np.random.default_rng(9)
     law = ControlLaw(make_dynamics(MODEL, "reference"), friction_compensation=True)
+    identified = MODEL.identified_friction
+    assert identified.tolist() == [True] * 4 + [False] * 2
+    assert MODEL.damping[~identified].all()  # the URDF gives them friction
     for _ in range(20):
         q, v = rng.uniform(-1, 1, MODEL.nq), rng.normal(0, 0.4, MODEL.nv)
         tau, _ = law.effort(q, v)
-        np.testing.assert_allclose(tau - law.gravity_effort(q), -joint_losses(MODEL, v),
+        added = tau - law.gravity_effort(q)
+        np.testing.assert_allclose(added[identified], -joint_losses(MODEL, v)[identified],
                                    rtol=0, atol=1e-12)
+        assert not added[~identified].any()

@@ -7,7 +7,8 @@ ros2_control's soft joint limits (``limits``); joint velocities from positions
 (``velocity``); the feasibility of a trajectory against the URDF's limits (``feasibility``);
 the external efforts a robot feels, from the generalised momentum (``momentum_observer``), and
 collisions detected on them (``collision``); a dynamics overlay checked against the robot and
-the command it changes (``overlay_checks``).
+the command it changes (``overlay_checks``); what the drive adds to a command itself and what
+its reported effort contains (``drive``).
 
 Imports ``rb_dynamics.dynamics`` and ``rb_dynamics.model``.
 """
@@ -22,6 +23,7 @@ from .cartesian import (
     step_toward,
 )
 from .collision import REACTIONS, Collision, CollisionDetector
+from .drive import DRIVE_SETTINGS, DriveConventions, rest_mismatch
 from .feasibility import (
     DEFAULT_SAMPLES_PER_SEGMENT,
     MAX_CHECKED_STATES,
@@ -92,6 +94,8 @@ __all__ = [
     "ControlOutput",
     "ControllerError",
     "DEFAULT_SAMPLES_PER_SEGMENT",
+    "DRIVE_SETTINGS",
+    "DriveConventions",
     "EffortLimiter",
     "FeasibilityReport",
     "JointController",
@@ -122,6 +126,7 @@ __all__ = [
     "holding_effort",
     "overlay_problem",
     "position_error",
+    "rest_mismatch",
     "restart_trajectory",
     "swap_dynamics",
     "shortest_way_start",

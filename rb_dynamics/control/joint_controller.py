@@ -537,13 +537,14 @@ class JointController:
 
 
 def holding_effort(controller: JointController) -> np.ndarray | None:
-    """The gravity (+ payload) effort at ``controller``'s last measured pose for its commanded
-    joints, in its joint order, clamped to effort_scale × the URDF limits as its commands are
-    (N·m or N): what a node leaves an effort controller holding when it stops commanding.
-    None before a first state."""
+    """The command holding the arm at ``controller``'s last measured pose (gravity + payload,
+    less what the drive adds itself: ``ControlLaw.holding_command``) for its commanded joints,
+    in its joint order, clamped to effort_scale × the URDF limits as its commands are (N·m or
+    N): what a node leaves an effort controller holding when it stops commanding. None before
+    a first state."""
     q = controller.q
     if q is None:
         return None
-    tau = controller.law.gravity_effort(q)[controller.index]
+    tau = controller.law.holding_command(q)[controller.index]
     limit = controller.model.effort_limit[controller.index] * controller.effort_scale
     return np.minimum(np.maximum(tau, -limit), limit)

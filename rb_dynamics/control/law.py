@@ -28,6 +28,8 @@ import numpy as np
 from rb_dynamics.dynamics import Dynamics, PayloadEffort, friction_effort
 from rb_dynamics.model import Model, check_choice
 
+from .drive import DriveConventions
+
 if TYPE_CHECKING:
     from .cartesian import CartesianImpedance
 
@@ -98,10 +100,19 @@ class ControlLaw:
 
     With ``friction_compensation`` the model's joint friction f(q̇) is added
     (``dynamics.friction_effort``: the URDF's viscous and Coulomb terms, an overlay's Stribeck
-    term; the law the simulator applies), at the measured velocity in gravity compensation and
-    at the reference velocity when following a reference:
-    compensating friction from the measured (noisy, a step late) velocity is a high-gain
-    positive feedback on light links.
+    term; the law the simulator applies) at the reference velocity when following a
+    reference: a feed-forward, which cannot destabilise the loop. Gravity compensation has no
+    reference: there f is evaluated at the measured velocity, a positive velocity feedback
+    that leaves the joint with its true friction minus the compensated one as its only
+    damping, so it runs away wherever the compensated friction exceeds the true one. A URDF's
+    ``<dynamics>`` promises nothing of the sort (simulators' values, often several times the
+    arm's), so gravity compensation adds only the friction an overlay gave
+    (``Model.identified_friction``: identified on the arm), and none on the other joints
+    (docs/drives.md, "Friction compensation and stability").
+
+    ``drive`` (``DriveConventions``) says what the drive adds to a command itself: on a drive
+    that compensates gravity the command is τ − g(q) of the model (a payload's gravity stays
+    in it), and on one that compensates friction no friction is added.
 
     ``payload`` (a ``rb_dynamics.dynamics.PayloadEffort`` built for ``dynamics.model``) adds a
     payload the model does not carry: its gravity in gravity compensation and impedance, its
@@ -125,6 +136,7 @@ class ControlLaw:
     stiffness: np.ndarray | None = None
     damping: np.ndarray | None = None
     cartesian: CartesianImpedance | None = None
+    drive: DriveConventions = DriveConventions()
 
     def __post_init__(self) -> None:
         model = self.dynamics.model
@@ -182,6 +194,15 @@ class ControlLaw:
         tau = self.dynamics.gravity(q)
         return tau if self.payload is None else tau + self.payload.gravity(q)
 
+    def holding_command(self, q: np.ndarray) -> np.ndarray:
+        """The command that holds the arm still at ``q``, over v: ``gravity_effort`` less
+        what the drive adds itself (``drive``: the model's g(q) on a drive that compensates
+        gravity)."""
+        if not self.drive.compensates_gravity:
+            return self.gravity_effort(q)
+        return np.zeros(self.dynamics.model.nv) if self.payload is None \
+            else self.payload.gravity(q)
+
     def effort(self, q: np.ndarray, v: np.ndarray, q_d: np.ndarray | None = None,
                v_d: np.ndarray | None = None, a_d: np.ndarray | None = None,
                feedforward: np.ndarray | None = None,
@@ -195,10 +216,12 @@ class ControlLaw:
         model = self.dynamics.model
         payload = self.payload
         mode = self.mode
-        if mode == "cartesian_impedance":
-            return self._cartesian_effort(q, v, q_d, dt), None
+        drive = self.drive
+        if mode == "cartesian_impedance":  # on a drive that adds g(q) itself, less the model's
+            return drive.command(self._cartesian_effort(q, v, q_d, dt),
+                                 self.dynamics.gravity(q)), None
         if mode == "gravity_compensation":
-            tau, error, v_friction = self.gravity_effort(q), None, v
+            tau, error, v_friction = self.holding_command(q), None, v
         else:
             error = q_d - q
             if self._wrap:
@@ -210,19 +233,24 @@ class ControlLaw:
                 if self.integrating:
                     a_command += self.integral
                 tau = self.dynamics.rnea(q, v, a_command)
+                if drive.compensates_gravity:
+                    tau = drive.command(tau, self.dynamics.gravity(q))
                 if payload is not None:
                     tau = tau + payload.effort(q, v, a_command)
             else:  # impedance
                 tau = self.stiffness * error
                 tau += self.damping * (v_d - v)
-                tau += self.gravity_effort(q)
+                tau += self.holding_command(q)
                 if self.integrating:
                     tau += self.integral
             if feedforward is not None:
                 tau = tau + feedforward
             v_friction = v_d
-        if self.friction_compensation:
-            tau = tau + friction_effort(model, v_friction)
+        if self.friction_compensation and not drive.compensates_friction:
+            friction = friction_effort(model, v_friction)
+            if error is None:  # at the measured velocity: identified friction only
+                friction = np.where(model.identified_friction, friction, 0.0)
+            tau = tau + friction
         return tau, error
 
 
@@ -234,7 +262,8 @@ class ControlLaw:
             raise ControllerError("mode cartesian_impedance: no Cartesian law is set up "
                                   "(cartesian.link)")
         cartesian.dynamics, cartesian.payload = self.dynamics, self.payload
-        cartesian.friction_compensation = self.friction_compensation
+        cartesian.friction_compensation = self.friction_compensation \
+            and not self.drive.compensates_friction
         if q_hold is not self._cartesian_hold or cartesian.target is None:
             cartesian.hold(q)
             self._cartesian_hold = q_hold

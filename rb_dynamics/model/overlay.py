@@ -83,6 +83,9 @@ OVERLAY_KEYS = {
     "stribeck_velocity": "stribeck_velocity",
     "offset": "effort_offset",
 }
+# the keys of the friction law: a joint an overlay gives one of them has identified friction
+# (``Model.identified_friction``)
+FRICTION_KEYS = frozenset({"viscous", "coulomb", "stribeck", "stribeck_velocity"})
 _SIGNED = ("offset",)  # the one key that may be negative
 MAX_OVERLAY_BYTES = 10_000_000
 MAX_OVERLAY_DEPTH = 32  # levels of YAML nesting (an overlay has five)
@@ -222,7 +225,9 @@ def apply_overlay(model: Model, overlay: DynamicsOverlay) -> Model:
         raise OverlayError(f"overlay for robot {overlay.robot or '?'!r}: {exc}") from None
     changes = {field: np.array(getattr(model, field), dtype=float)
                for field in OVERLAY_KEYS.values()}
+    identified = np.array(model.identified_friction, dtype=bool)
     for name, vi in zip(names, indices):
         for key, value in overlay.joints[name].items():
             changes[OVERLAY_KEYS[key]][vi] = value
-    return dataclasses.replace(model, **changes)
+        identified[vi] |= bool(FRICTION_KEYS & set(overlay.joints[name]))
+    return dataclasses.replace(model, **changes, identified_friction=identified)

@@ -118,11 +118,16 @@ class Model:
     stribeck_friction: np.ndarray | None = None  # breakaway effort above Coulomb, N·m or N
     stribeck_velocity: np.ndarray | None = None  # rad/s or m/s where it has decayed to 1/e
     effort_offset: np.ndarray | None = None  # effort sensor offset: measured = true + offset
+    # (nv,) bool: True where an overlay gave the friction (viscous, Coulomb or Stribeck), that
+    # is where it was identified on the arm; a URDF's <dynamics> alone leaves it False
+    identified_friction: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         for name in ("armature", "stribeck_friction", "stribeck_velocity", "effort_offset"):
             if getattr(self, name) is None:
                 setattr(self, name, np.zeros(self.nv))
+        if self.identified_friction is None:
+            self.identified_friction = np.zeros(self.nv, dtype=bool)
 
     @property
     def n_bodies(self) -> int:

@@ -13,6 +13,11 @@ Per movable joint, with its latest command (``CommandLayout.decode``):
   not know the load's gravity; without it a joint under a load ℓ settles ℓ/kp off target
   (panda's joint 2 at 10 Hz: about 3 mrad).
 
+A drive that compensates gravity (or friction) itself, as Franka's, UR e-Series' in torque
+control and KUKA FRI's torque mode do, adds ``compensation(q, q̇)`` (its g(q), or its
+friction f(q̇)) to the effort of every joint without a servo, commanded or not: a command
+of zero holds the arm (docs/drives.md).
+
 Commands are clamped to the layout's ranges first (block min/max and URDF limits). A message
 that names a joint replaces its whole command (the fields it does not set are dropped), so a
 controller switching from velocity to position control leaves no stale velocity behind.
@@ -39,7 +44,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from rb_dynamics.dynamics import Dynamics, ReferenceDynamics
+from rb_dynamics.dynamics import Dynamics, ReferenceDynamics, friction_effort
 from rb_dynamics.dynamics import reference as dynamics
 from rb_dynamics.model import (
     EFFORT,
@@ -163,7 +168,8 @@ class JointDrives:
 
     def __init__(self, model: Model, layout: CommandLayout, gains: ServoGains, *,
                  command_timeout: float = 0.5,
-                 gravity: Callable[[np.ndarray], np.ndarray] | None = None):
+                 gravity: Callable[[np.ndarray], np.ndarray] | None = None,
+                 compensation: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None):
         n = len(layout.joints)
         if gains.kp.shape != (n,):
             raise ValueError(f"servo gains: expected {n} values (one per joint of the layout)")
@@ -172,6 +178,9 @@ class JointDrives:
         self.model, self.layout, self.gains = model, layout, gains
         self.command_timeout = float(command_timeout)
         self.gravity = gravity  # g(q) feed-forward on the servoed joints; None: off
+        # what the drive adds itself to the efforts of the joints without a servo, over the
+        # model's v (its gravity, its friction compensation); None: nothing
+        self.compensation = compensation
         self.v_index = model.velocity_indices(layout.joints)
         self.q_index = model.position_indices(layout.joints)
         self.effort_limit = model.effort_limit[self.v_index]
@@ -218,6 +227,8 @@ class JointDrives:
         if not self._servoing:  # efforts only (no block): the cheap path, every step
             tau = self.target[EFFORT] * (self.active[EFFORT] & (t - self.stamp
                                                                 <= self.command_timeout))
+            if self.compensation is not None:
+                tau = tau + self.compensation(q, v)[self.v_index]
             return np.minimum(np.maximum(tau, self._lowest), self.effort_limit)
         fresh = (t - self.stamp) <= self.command_timeout
         position, velocity, effort = self.active
@@ -228,6 +239,8 @@ class JointDrives:
                + np.where(servo, self.gains.kd * (v_ref - v[self.v_index]), 0.0))
         if self.gravity is not None and servo.any():
             tau = tau + np.where(servo, self.gravity(q)[self.v_index], 0.0)
+        if self.compensation is not None:
+            tau = tau + np.where(servo, 0.0, self.compensation(q, v)[self.v_index])
         return np.clip(tau, -self.effort_limit, self.effort_limit)
 
     def effort(self, q: np.ndarray, v: np.ndarray, t: float) -> np.ndarray:
@@ -249,12 +262,15 @@ def make_drives(model: Model, layout: CommandLayout, q0: np.ndarray, *, dt: floa
                 damping_ratio: float = DEFAULT_DAMPING_RATIO,
                 overrides: Mapping[str, tuple[float, float]] | None = None,
                 command_timeout: float = 0.5, gravity_feedforward: bool = False,
+                drive_gravity: bool = False, drive_friction: bool = False,
                 dynamics: Dynamics | None = None,
                 margin: float = STABILITY_MARGIN) -> JointDrives:
     """Drives with default gains at q0, checked for stability at (dt, integrator).
 
     Raises ValueError naming ``servo_bandwidth`` and the largest stable value when the servo
     loop would diverge. ``dynamics``: the model's dynamics object (default: the reference).
+    ``drive_gravity`` / ``drive_friction``: the drives add the model's g(q) / friction f(q̇)
+    to the joints without a servo (a drive that compensates them itself).
     """
     dyn = dynamics or ReferenceDynamics(model)
     M = dyn.crba(q0)
@@ -277,9 +293,27 @@ def make_drives(model: Model, layout: CommandLayout, q0: np.ndarray, *, dt: floa
                 f"{best:.4g} rad/s")
     # looked up at each call: a LiveDynamics rebinds its methods when its kernels arrive
     gravity = (lambda q: dyn.gravity(q)) if gravity_feedforward else None
-    drives = JointDrives(model, layout, gains, command_timeout=command_timeout, gravity=gravity)
+    drives = JointDrives(model, layout, gains, command_timeout=command_timeout, gravity=gravity,
+                         compensation=drive_compensation(dyn, drive_gravity, drive_friction))
     drives.hold(q0)
     return drives
+
+
+def drive_compensation(dyn: Dynamics, gravity: bool, friction: bool
+                       ) -> Callable[[np.ndarray, np.ndarray], np.ndarray] | None:
+    """(q, q̇) → what a drive adds itself over v: g(q) of ``dyn`` (``gravity``) and the friction
+    f(q̇) of its model (``friction``: ``dynamics.friction_effort``); None when neither. A
+    payload put on the simulated robot later is not in it: the drive knows only its own
+    model. Looked up at each call: a LiveDynamics rebinds its methods when its kernels
+    arrive."""
+    if not (gravity or friction):
+        return None
+
+    def compensation(q: np.ndarray, v: np.ndarray) -> np.ndarray:
+        tau = dyn.gravity(q) if gravity else np.zeros(dyn.model.nv)
+        return tau + friction_effort(dyn.model, v) if friction else tau
+
+    return compensation
 
 
 class ServoSimulator(Simulator):

@@ -23,6 +23,8 @@ refused, and the controller holds the measured position (``hold``), gravity-comp
 the ``mode`` parameter's) or stops commanding (``stop``: the stop command goes out once,
 commands resume at the reset, holding where the arm is). A joint state without efforts gives no
 estimate (said on /diagnostics; the control goes on); NaN or inf restart the observer (said).
+Efforts a drive reports without gravity or friction (``drive.effort_includes_*`` false) get
+them back from the model before the observer reads them (``joint_efforts``).
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from rb_dynamics.control import (
     JointController,
     MomentumObserver,
 )
-from rb_dynamics.dynamics import LinkWrench, default_payload_link
+from rb_dynamics.dynamics import LinkWrench, default_payload_link, friction_effort
 from rb_dynamics.ros import parameters as ros_params
 from rb_dynamics.ros.diagnostics import status
 from rb_dynamics_interfaces.msg import Collision as CollisionMessage
@@ -58,6 +60,19 @@ from .control_loop import ControlLoop
 __all__ = ["CONTACT_PARAMETERS", "ContactMonitor"]
 
 CONTACT_PARAMETERS = ros_params.node_schema("control_node").select("contact.*")
+
+
+def joint_efforts(controller: JointController, names, efforts) -> np.ndarray:
+    """A joint state's efforts (``names``, ``efforts``) over the model's coordinates as the
+    joints' whole efforts: with the model's g(q) and friction f(q̇) at the controller's state
+    added where the drive leaves them out (``DriveConventions.joint_effort``)."""
+    reported = controller.state_reader.model_order(names, efforts)
+    drive = controller.law.drive
+    if drive.effort_includes_gravity and drive.effort_includes_friction:
+        return reported
+    friction = None if drive.effort_includes_friction \
+        else friction_effort(controller.model, controller.v)
+    return drive.joint_effort(reported, controller.law.dynamics.gravity(controller.q), friction)
 DAY_NS = 86_400 * 1_000_000_000  # a stamp this far from the time origin moves it
 
 
@@ -199,7 +214,7 @@ class ContactMonitor:
             self._origin_ns = stamp_ns
         observer.set_payload(controller.law.payload)
         updated = observer.update((stamp_ns - self._origin_ns) * 1e-9, q, controller.v,
-                                  controller.state_reader.model_order(names, efforts))
+                                  joint_efforts(controller, names, efforts))
         if observer.restarts != self.restarts_told:
             self.restarts_told = observer.restarts
             self.log.warning(observer.problem)

@@ -71,6 +71,8 @@ from rb_dynamics.ros.conversions import to_seconds
 from rb_dynamics.ros.diagnostics import Statistics, Totals
 from rb_dynamics.ros.runtime import SpinThread, ThrottledLogger, take_queued
 
+from .drive_check import DriveCheck
+
 __all__ = ["CommandMonitor", "ControlLoop", "FaultListener", "StateRecorder"]
 
 AGE_SLOTS = 4096  # state ages kept per diagnostics period (preallocated: no allocation per state)
@@ -112,6 +114,7 @@ class ControlLoop:
         self._min_period = 0.0  # s between commands (max_publish_rate); 0: one per state
         # the active gains checked at the measured state period (start-up, mode, drift)
         self.stability = StabilityGuard()
+        self.drive_check = DriveCheck()  # the drive settings, on the first state (drive.*)
         self.stats, self.totals = Statistics(), Totals()  # written on the loop thread
         self._ages = np.zeros(AGE_SLOTS)
         self._last_publish = -np.inf
@@ -335,6 +338,8 @@ class ControlLoop:
             return False
         if first and self._first_state is not None:
             self._first_state()
+        if not self.drive_check.done:  # before the first command
+            self.drive_check.observe(msg, controller, self.problem)
         if self._restart_reference:
             self._restart_reference = False
             if restart_trajectory(controller, state_time):

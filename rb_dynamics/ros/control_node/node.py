@@ -58,7 +58,12 @@ from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackRet
 from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 
-from rb_dynamics.control import ControllerError, JointController
+from rb_dynamics.control import (
+    DRIVE_SETTINGS,
+    ControllerError,
+    DriveConventions,
+    JointController,
+)
 from rb_dynamics.control.stability import MIN_STATE_PERIOD, active_gain_problem
 from rb_dynamics.dynamics import LiveDynamics
 from rb_dynamics.model import Model
@@ -112,6 +117,7 @@ class ControlNode(LifecycleNode):
                                 self.warn)
         self.loop.set_max_rate(settings["max_publish_rate"])
         self.loop.stop_command = settings["stop_command"]
+        self.loop.drive_check.enabled = settings["drive.check_at_start"]
         self.model_loader = ModelLoader(self, self.loop, self._build_controller,
                                         self._installed)
         self.trajectory_action = TrajectoryAction(self, self.loop, self._state,
@@ -182,6 +188,8 @@ class ControlNode(LifecycleNode):
             raise ControllerError(f"{why}, the shortest period a driver plausibly has: "
                                   "unstable at every state rate")
         controller.effort_scale = value("effort_scale")
+        controller.law.drive = DriveConventions(**{name: value(f"drive.{name}")
+                                                   for name in DRIVE_SETTINGS})
         self.payload.attach(controller)
         self.cartesian.attach(controller)
         return controller

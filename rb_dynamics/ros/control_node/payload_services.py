@@ -26,7 +26,9 @@ Identification from recorded data: the control loop thread hands every joint sta
 answered to ``identification.resting.RestingSamples``, which keeps those at rest (every |q̇|
 below ``payload.rest_velocity``; position and effort in model order, node-clock time) in a
 ring buffer of ``RESTING_CAPACITY`` states; ``rest_poses`` groups them into poses. The whole
-payload is estimated against the bare model (never relative to the payload set now).
+payload is estimated against the bare model (never relative to the payload set now). Efforts
+a drive reports without gravity (``drive.effort_includes_gravity`` false) get the bare model's
+g(q) back first: the drive's compensation knows the arm, not the payload.
 """
 
 from __future__ import annotations
@@ -77,12 +79,22 @@ from rb_dynamics_interfaces.srv import IdentifyPayload, SetPayload, TrajectoryEf
 
 from .control_loop import ControlLoop
 
-__all__ = ["PAYLOAD_PARAMETERS", "PayloadServices"]
+__all__ = ["PAYLOAD_PARAMETERS", "PayloadServices", "whole_resting_efforts"]
 
 DEFAULT_MIN_REST = 0.5  # s a pose must be held to count (its first half is dropped as settling)
 
 # the start-up payload, described in the node's schema
 PAYLOAD_PARAMETERS = ros_params.node_schema("control_node").select("payload.*")
+
+
+def whole_resting_efforts(controller: JointController | None, dynamics: Dynamics | None,
+                          poses: np.ndarray, efforts: np.ndarray) -> np.ndarray:
+    """The mean resting ``efforts`` at ``poses`` as the joints' whole efforts: the bare
+    model's g(q) (``dynamics``) added back where the drive reports efforts without it
+    (``drive.effort_includes_gravity`` false; friction is nil at rest)."""
+    if controller is None or dynamics is None or controller.law.drive.effort_includes_gravity:
+        return efforts
+    return np.array([tau + dynamics.gravity(q) for q, tau in zip(poses, efforts)])
 
 
 class PayloadServices:
@@ -290,6 +302,7 @@ class PayloadServices:
                 "no resting joint states recorded" + (f" in the last {window:g} s" if window
                                                       else "") + extra)
         poses, efforts, used = rest_poses(t, q, tau, min_rest)
+        efforts = whole_resting_efforts(self.loop.controller, self.get_dynamics(), poses, efforts)
         if len(poses) < 2:
             raise IdentificationError(
                 f"{len(poses)} pose(s) held ≥ {min_rest:g} s among {len(t)} resting states: "

@@ -2,8 +2,9 @@
 """The control node's status on /diagnostics, once a second (what it says: ros/diagnostics.py).
 
 OK while the node answers fresh states or serves only its dynamics services (floating base, no
-actuated joints) or is not active; WARN while it waits for a description; WARN or ERROR from
-the controller's period (late, missing or stale states: ``diagnostics.controller_level``). The
+actuated joints) or is not active; WARN while it waits for a description, or when the drive
+settings do not fit the efforts at rest (``drive_check.py``); WARN or ERROR from the
+controller's period (late, missing or stale states: ``diagnostics.controller_level``). The
 move into ERROR is also logged, once.
 """
 
@@ -75,6 +76,12 @@ class ControlStatus:
                            "lifecycle state": state, "soft limits": soft_limits(controller),
                            **period_values(stats, totals, ages, age)})
             level, message = controller_level(stats, age, controller.max_state_age)
+            check = self.loop.drive_check
+            values["drive check"] = check.verdict
+            if check.finding:  # first: it explains what else may be wrong
+                level = max(level, DiagnosticStatus.WARN)
+                message = f"drive settings: {check.finding}" + (
+                    "" if message == "publishing" else f"; {message}")
             if state != "active":
                 level, message = DiagnosticStatus.OK, f"{state}: publishing no efforts"
             if level == DiagnosticStatus.ERROR and not self._error_reported:

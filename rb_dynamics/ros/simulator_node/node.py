@@ -38,6 +38,12 @@ report what a driver's sensors would (``simulation.sensors``: ``effort_noise`` a
 ``effort_noise_relative``, the offset, ``effort_resolution``, ``encoder_resolution``,
 ``measurement_delay``, ``effort_delay``, ``publish_jitter``, stamped as ``measurement_stamp``
 says). All off by default: the simulated state, exact, stamped when it is published.
+
+The drive (docs/drives.md): ``drive.compensates_gravity`` and ``drive.compensates_friction``
+play a drive that adds its own gravity and friction compensation to the effort commands (a
+Franka, a UR e-Series in torque control, a KUKA LBR in FRI torque mode);
+``drive.effort_includes_gravity`` and ``drive.effort_includes_friction`` false report efforts
+without them, as UR's joint torques are.
 """
 
 from __future__ import annotations
@@ -58,7 +64,7 @@ from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
 from std_srvs.srv import SetBool, Trigger
 
-from rb_dynamics.dynamics import LiveDynamics
+from rb_dynamics.dynamics import LiveDynamics, friction_effort
 from rb_dynamics.model import POSITION, VELOCITY, finite_array
 from rb_dynamics.ros import parameters as ros_params
 from rb_dynamics.ros.constraint_parameters import PREFIX, ConstraintParameters
@@ -105,6 +111,7 @@ class SimulatorNode(Node):
         self.joint_layout = JointLayout(self.model, self.joints, "joints", every_joint=False)
         self.layout = command_layout_of(self.model, source, settings)
         self.dynamics = LiveDynamics(self.model, on_switch=self._on_kernels)
+        self.drive_dynamics = self.dynamics  # the drive's model: without a payload put on later
         self.problem = self.model.forward_dynamics_problem()
         self.sim = make_simulator(self.model, self.layout, self.dynamics, self.joint_layout,
                                   self.constraints, settings)
@@ -112,6 +119,10 @@ class SimulatorNode(Node):
         self.rng = np.random.default_rng()
         self.sensors = joint_sensors(self.model, self.joint_layout, settings)
         self.stamp_described = settings["measurement_stamp"] == "described"
+        # what the reported efforts leave out of the applied ones: g(q), the drive's friction
+        self.unreported = (not settings["drive.effort_includes_gravity"],
+                           settings["drive.compensates_friction"]
+                           and not settings["drive.effort_includes_friction"])
         self.history = StateHistory(len(self.joints), self.sensors.span)
         if self.sensors.span > 0:  # delayed readings need the steps between publications
             self.sim.recorder = self._record
@@ -340,14 +351,30 @@ class SimulatorNode(Node):
     def _record(self, times, q, v, effort) -> None:
         """The simulator's steps (start time, state, applied effort), for delayed readings."""
         qi, vi = self.joint_layout.q_index, self.joint_layout.v_index
+        if any(self.unreported):
+            effort = np.array([self._reported(qk, vk, ek) for qk, vk, ek in zip(q, v, effort)])
         self.history.record(times, q[:, qi], v[:, vi], effort[:, vi])
+
+    def _reported(self, q: np.ndarray, v: np.ndarray, effort: np.ndarray) -> np.ndarray:
+        """The effort over v the driver reports of an applied one at (q, q̇): without g(q)
+        and the drive's friction where ``drive.effort_includes_*`` leave them out. The drive's
+        own model: a payload put on later is in the reported effort, as on a real arm."""
+        gravity, friction = self.unreported
+        if gravity:
+            effort = effort - self.drive_dynamics.gravity(q)
+        if friction:
+            effort = effort - friction_effort(self.drive_dynamics.model, v)
+        return effort
 
     def _publish(self) -> None:
         """The state the driver's sensors report now (``simulation.sensors``), stamped with
         the instant it describes or the one it was sampled at (``measurement_stamp``)."""
         now, sim = self.sim.time, self.sim
         qi, vi = self.joint_layout.q_index, self.joint_layout.v_index
-        q, v, effort = sim.q[qi], sim.v[vi], sim.applied_effort[vi]
+        effort = sim.applied_effort
+        if any(self.unreported):
+            effort = self._reported(sim.q, sim.v, effort)
+        q, v, effort = sim.q[qi], sim.v[vi], effort[vi]
         if self.sensors.span > 0:  # delayed or jittered: from the recent steps
             self.history.record(now, q, v, effort)
             reading = self.sensors.read(self.history, now, self.rng)

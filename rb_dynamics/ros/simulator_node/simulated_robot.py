@@ -93,6 +93,8 @@ def make_simulator(model: Model, layout: CommandLayout, dynamics: Dynamics,
             model, layout, q0, dt=settings["time_step"],
             integrator=settings["integrator"], command_timeout=settings["command_timeout"],
             gravity_feedforward=settings["servo_gravity_feedforward"],
+            drive_gravity=settings["drive.compensates_gravity"],
+            drive_friction=settings["drive.compensates_friction"],
             dynamics=dynamics, **options)
     else:  # it never steps: no stability to check (M may be singular)
         gains = servo_gains(model, q0, layout.joints, **options,
