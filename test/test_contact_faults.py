@@ -3,13 +3,19 @@
 DDS; the shape of test_contact_ros.py):
 
 - a robot with a gripper, `joints` naming only its arm (Panda's seven joints; the finger in the
-  joint states, position-controlled by the simulator): a push on the hand is detected.
+  joint states, position-controlled by the simulator): a push on the hand is detected;
+- NaN efforts in the joint states: the observer restarts once, naming the efforts, never
+  starts from such a state; a flood of restarts is logged throttled and counted.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import WrenchStamped
+from pin_oracle import arm_torques
 from ros2_control_samples import PANDA_ARM, panda_block, robot_xml, with_blocks
 from ros_harness import close_all, control_node, fresh_name, simulator
 from sensor_msgs.msg import JointState
@@ -94,3 +100,81 @@ def test_a_push_is_detected_with_joints_naming_only_the_arm(tmp_path):
         assert "callback failed" not in control.output(), logs()
     finally:
         close_all(control, sim)
+
+
+class StateSender:
+    """Joint states of the bundled arm from the test's peer, stamped 2 ms apart (state time:
+    the observer's clock), each sent once the node has answered the one before with a command
+    (so that the node takes every one)."""
+
+    def __init__(self, node, stamp_ns: int = 10**12) -> None:
+        self.node, self.stamp_ns = node, stamp_ns
+
+    def send(self, efforts, velocity=None, q=Q0, after: float = 0.002) -> None:
+        """One state, ``after`` s of state time after the last; its command awaited."""
+        self.stamp_ns += round(after * 1e9)
+        msg = JointState(name=JOINTS, position=[float(x) for x in q],
+                         effort=[float(e) for e in efforts],
+                         velocity=[0.0] * 6 if velocity is None else [float(x) for x in velocity])
+        msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(self.stamp_ns, 1_000_000_000)
+        commands = self.node.commands
+        count = len(commands)
+        self.node.publish_state(msg)
+        assert self.node.wait_for(lambda: len(commands) > count, 10.0), self.node.output()
+
+    def stream(self, efforts, states: int) -> None:
+        """``states`` states; ``efforts``: one list, or a function of the state's count."""
+        for k in range(states):
+            self.send(efforts(k) if callable(efforts) else efforts)
+
+
+def _value(status, key: str) -> str:
+    return next((kv.value for kv in status.values if kv.key == key), "")
+
+
+def test_nan_efforts_restart_the_observer_once_with_their_reason(tmp_path):
+    """A stream of states with a NaN effort: one restart, "efforts not finite" (none of them
+    taken as the new start, so the first good state after them is no "overflow"), the
+    estimate back at zero with good efforts; NaN and good states alternating: a restart each
+    time, counted on /diagnostics, the warning throttled."""
+    node = control_node(tmp_path, {"urdf_path": str(DEFAULT_URDF), "mode": "computed_torque",
+                                   "state_timeout": 2.0, "contact.publish_rate": 0.0},
+                        name=fresh_name("rb_dynamics_contact_nan"), state_qos=100)
+    estimates = node.received(JointState, "~/external_efforts")
+    diagnostics = node.received(DiagnosticArray, "/diagnostics")
+    sender = StateSender(node)
+    gravity = arm_torques(DEFAULT_URDF, JOINTS, Q0)
+    bad = gravity.copy()
+    bad[2] = math.nan
+    try:
+        assert node.wait_for(lambda: node.commands or node.send_state(JOINTS, Q0) or False,
+                             30.0), node.output()
+        sender.stream(gravity, 100)
+        assert estimates and np.abs(estimates[-1][1].effort).max() < 1e-6, node.output()
+        sender.stream(bad, 100)
+        count = len(estimates)
+        sender.stream(gravity, 100)
+        assert len(estimates) > count and np.abs(estimates[-1][1].effort).max() < 1e-6
+        output = node.output()
+        assert output.count("observer restarted") == 1, output
+        assert "observer restarted: efforts not finite" in output, output
+        assert "overflowed" not in output, output
+        # alternating: each NaN state after a good one restarts it; the log says it once
+        sender.stream(lambda k: bad if k % 2 else gravity, 100)
+        sender.stream(gravity, 10)
+
+        def counted() -> dict | None:
+            contact = _contact_statuses(diagnostics, node.name)
+            if not contact:
+                return None
+            restarts = int(_value(contact[-1], "observer restarts (total)") or 0)
+            skipped = int(_value(contact[-1], "states with NaN or inf efforts (total)") or 0)
+            return (restarts, skipped) if restarts == 51 and skipped == 150 else None
+
+        assert node.wait_for(counted, 5.0), (
+            [(kv.key, kv.value) for kv in _contact_statuses(diagnostics, node.name)[-1].values],
+            node.output())
+        assert node.output().count("observer restarted") <= 2, node.output()
+        assert "overflowed" not in node.output(), node.output()
+    finally:
+        node.close()

@@ -38,9 +38,11 @@ operations (equal to rounding). The model is the caller's ``Dynamics`` (its ``mo
 the armature is in M), a
 payload's share (``rb_dynamics.dynamics.PayloadEffort``) and the model's friction
 (``dynamics.friction_effort``: viscous, Coulomb and Stribeck, the engine's one law; in C its
-``friction_of``) and effort offset. A state with NaN or inf, a
-gap longer than ``max_gap`` or a time that goes back restarts the observer (r = 0, p(0) = the
-next state's p), and ``problem`` says why.
+``friction_of``) and effort offset. A gap longer than ``max_gap``, a time that goes back or an
+estimate that overflows restarts the observer (r = 0, p(0) = the next state's p), and
+``problem`` says why. A state whose efforts are NaN or inf is skipped (``skipped`` counts
+them): it is never a start, and it restarts the observer once, "efforts not finite", unless
+the observer is already waiting for a start.
 """
 
 from __future__ import annotations
@@ -57,6 +59,8 @@ from .law import ControllerError, check_gains
 __all__ = ["EFFORT_TIMINGS", "MomentumObserver"]
 
 EFFORT_TIMINGS = ("held", "sampled")
+NOT_FINITE = "observer restarted: efforts not finite (an effort is NaN or inf); such states " \
+    "are skipped"
 
 
 class MomentumObserver:
@@ -94,6 +98,7 @@ class MomentumObserver:
         self.over = False
         self.problem = ""  # why the observer last restarted ("": it has not)
         self.restarts = 0
+        self.skipped = 0  # states skipped: their efforts were NaN or inf
         # rows [p, Cᵀq̇, g, τ_f, τ_m] of this state (0–4) and of the previous one (5–9): e Δt is
         # one product of a row of coefficients with them, and nothing is allocated per state
         # but what the kernels return
@@ -130,11 +135,15 @@ class MomentumObserver:
         """Take the joint state at time ``t`` (s): positions, velocities and measured efforts
         over the model's coordinates (float64 arrays). True when ``estimate`` was updated;
         False on the first state after a restart, for a state at the same time as the last one
-        (ignored), and when it restarted (``problem`` says why)."""
+        (ignored), for a state with efforts that are not finite (skipped), and when it
+        restarted (``problem`` says why)."""
         dt = t - self._t
         if dt == 0.0:
             return False
         first = not dt > 0.0 or dt > self.max_gap  # the first state (NaN), a gap, time back
+        if first and not math.isfinite(np.sum(effort)):
+            self.skipped += 1  # never a start (a step checks its efforts as it goes)
+            return False
         if first:
             if dt < 0.0:
                 self.reset(f"observer restarted: the state's time went back by {-dt:.3g} s")
@@ -155,7 +164,11 @@ class MomentumObserver:
         else:
             code = self._numpy_step(q, v, effort, first)
         if code < 0:
-            self._restart_for(q, v, effort)
+            if math.isfinite(np.sum(effort)):
+                self._restart_for(q, v)
+            else:  # what was applied over the interval is unknown: start again after it
+                self.skipped += 1
+                self.reset(NOT_FINITE)
             return False
         self._t = t
         self._ready = self._ready or code > 0
@@ -188,12 +201,11 @@ class MomentumObserver:
         rows[5:10] = rows[0:5]
         return 0 if first else 1 + over
 
-    def _restart_for(self, q, v, effort) -> None:
-        """A restart naming what was not finite."""
+    def _restart_for(self, q, v) -> None:
+        """A restart naming what was not finite (the efforts were: ``update`` checked them)."""
         try:
             self.dynamics.momentum_terms(q, v)
-            why = "the estimate overflowed" if math.isfinite(np.sum(effort)) \
-                else "an effort is NaN or inf"
+            why = "the estimate overflowed"
         except ValueError as exc:
             why = str(exc)
         self.reset(f"observer restarted: {why}")

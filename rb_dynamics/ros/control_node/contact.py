@@ -22,7 +22,8 @@ refused, and the controller holds the measured position (``hold``), gravity-comp
 (``compliant``: the controller's mode is gravity compensation until the reset, which restores
 the ``mode`` parameter's) or stops commanding (``stop``: the stop command goes out once,
 commands resume at the reset, holding where the arm is). A joint state without efforts gives no
-estimate (said on /diagnostics; the control goes on); NaN or inf restart the observer (said).
+estimate (said on /diagnostics; the control goes on); one with NaN or inf efforts is skipped,
+and restarts the observer once (said, counted on /diagnostics); restarts are logged throttled.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from rb_dynamics.control import (
 from rb_dynamics.dynamics import LinkWrench, default_payload_link
 from rb_dynamics.ros import parameters as ros_params
 from rb_dynamics.ros.diagnostics import status
+from rb_dynamics.ros.runtime import ThrottledLogger
 from rb_dynamics_interfaces.msg import Collision as CollisionMessage
 
 from .contact_messages import collision_message, fill_efforts, fill_wrench, stamp_of
@@ -70,6 +72,8 @@ class _Parts:
     detector: CollisionDetector
     wrench: LinkWrench | None
     wrench_problem: str
+    restarts_seen: int = 0  # the observer's restarts and skipped states already counted
+    skipped_seen: int = 0
 
 
 @dataclasses.dataclass
@@ -120,7 +124,9 @@ class ContactMonitor:
         self.reaction = ""  # the reaction in force while latched
         self._mode = ""  # the controller's mode before a compliant reaction
         self.detections = 0
-        self.restarts_told = 0
+        self.restarts_told = 0  # observer restarts, every observer's (total)
+        self.skipped_states = 0  # joint states with NaN or inf efforts (total)
+        self.warn = ThrottledLogger(self.log)
         self._period = _Period()
         loop.set_state_recorder(self._on_state, "contact")
 
@@ -200,9 +206,15 @@ class ContactMonitor:
         observer.set_payload(controller.law.payload)
         updated = observer.update((stamp_ns - self._origin_ns) * 1e-9, q, controller.v,
                                   controller.state_reader.model_order(names, efforts))
-        if observer.restarts != self.restarts_told:
-            self.restarts_told = observer.restarts
-            self.log.warning(observer.problem)
+        if observer.skipped != parts.skipped_seen:
+            self.skipped_states += observer.skipped - parts.skipped_seen
+            parts.skipped_seen = observer.skipped
+            self.problem = ("joint_states carry NaN or inf efforts: such states are skipped, no "
+                            "external effort estimate from them; control goes on")
+        if observer.restarts != parts.restarts_seen:
+            self.restarts_told += observer.restarts - parts.restarts_seen
+            parts.restarts_seen = observer.restarts
+            self.warn(observer.problem, "observer restarted")  # throttled: a flood says once
         if not updated:
             return
         self.problem = ""
@@ -341,6 +353,7 @@ class ContactMonitor:
                   "effort timing": self.settings["contact.effort_timing"],
                   "collisions detected (total)": str(self.detections),
                   "observer restarts (total)": str(self.restarts_told),
+                  "states with NaN or inf efforts (total)": str(self.skipped_states),
                   "estimates per s": str(period.estimates),
                   "compute mean (us)": f"{1e6 * mean:.1f}",
                   "compute max (us)": f"{1e6 * period.compute_max:.1f}"}
