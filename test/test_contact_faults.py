@@ -5,7 +5,9 @@ DDS; the shape of test_contact_ros.py):
 - a robot with a gripper, `joints` naming only its arm (Panda's seven joints; the finger in the
   joint states, position-controlled by the simulator): a push on the hand is detected;
 - NaN efforts in the joint states: the observer restarts once, naming the efforts, never
-  starts from such a state; a flood of restarts is logged throttled and counted.
+  starts from such a state; a flood of restarts is logged throttled and counted;
+- a restart of the observer (a gap in the states, then a state that moves differently): its
+  first estimates are not taken for a collision; a real push afterwards is.
 """
 
 from __future__ import annotations
@@ -176,5 +178,39 @@ def test_nan_efforts_restart_the_observer_once_with_their_reason(tmp_path):
             node.output())
         assert node.output().count("observer restarted") <= 2, node.output()
         assert "overflowed" not in node.output(), node.output()
+    finally:
+        node.close()
+
+
+def test_no_collision_from_the_transient_after_a_restart(tmp_path):
+    """The arm at rest, its states answered one by one; a gap longer than state_timeout
+    restarts the observer, and the state it restarts from carries a velocity the next ones
+    do not (a transient of ~47 N·m on shoulder_lift, e^{−K t} after it): no ~/collision
+    (detection is disarmed for 5/K = 25 ms of state time after a start, the transient is then
+    ~0.3 N·m); then a real push of 5 N·m on shoulder_lift: ~/collision naming it."""
+    node = control_node(tmp_path, {"urdf_path": str(DEFAULT_URDF), "mode": "computed_torque",
+                                   "state_timeout": 2.0, "contact.publish_rate": 0.0,
+                                   "contact.reaction": "hold"},
+                        name=fresh_name("rb_dynamics_contact_restart"), state_qos=100)
+    collisions = node.received(Collision, "~/collision")
+    estimates = node.received(JointState, "~/external_efforts")
+    sender = StateSender(node)
+    gravity = arm_torques(DEFAULT_URDF, JOINTS, Q0)
+    try:
+        assert node.wait_for(lambda: node.commands or node.send_state(JOINTS, Q0) or False,
+                             30.0), node.output()
+        sender.stream(gravity, 50)
+        sender.send(gravity, velocity=[0.1] * 6, after=3.0)  # the restart: 3 s of state time
+        sender.stream(gravity, 100)
+        assert node.wait_for_log("observer restarted: 3 s between states"), node.output()
+        node.settle(estimates)
+        assert not collisions, node.output()
+        assert np.abs(estimates[-1][1].effort).max() < 0.5, estimates[-1][1]
+        pushed = gravity.copy()
+        pushed[1] -= 5.0  # the measured effort 5 N·m short of gravity: pushed up by 5 N·m
+        sender.stream(pushed, 20)
+        assert node.wait_for(lambda: collisions, 5.0), node.output()
+        assert len(collisions) == 1 and list(collisions[0][1].joint_names) == [JOINTS[1]], \
+            collisions[0][1]
     finally:
         node.close()

@@ -43,6 +43,13 @@ estimate that overflows restarts the observer (r = 0, p(0) = the next state's p)
 ``problem`` says why. A state whose efforts are NaN or inf is skipped (``skipped`` counts
 them): it is never a start, and it restarts the observer once, "efforts not finite", unless
 the observer is already waiting for a start.
+
+After a start (the first state, and every restart) the estimate is a transient as much as an
+answer: p(0) is taken from one state, and whatever that state got wrong (a velocity a busy
+driver sampled late, efforts averaged over another interval) decays as e^{−K t}. ``settled``
+is False until ``SETTLING`` time constants of the slowest joint (5/K) of state time have passed
+since the start, and ``over`` stays False until then: a detector that watches ``over`` is
+disarmed while the estimate settles.
 """
 
 from __future__ import annotations
@@ -59,6 +66,7 @@ from .law import ControllerError, check_gains
 __all__ = ["EFFORT_TIMINGS", "MomentumObserver"]
 
 EFFORT_TIMINGS = ("held", "sampled")
+SETTLING = 5.0  # time constants 1/K after a start before the estimate is trusted (e^−5: 0.7 %)
 NOT_FINITE = "observer restarted: efforts not finite (an effort is NaN or inf); such states " \
     "are skipped"
 
@@ -72,7 +80,8 @@ class MomentumObserver:
     array is updated in place: copy it to keep it). ``ready`` is False until then. ``max_gap``
     (s): two states further apart restart the observer. ``over`` says whether the last update
     left some |r_j| above ``thresholds`` (over v, inf: not watched; a collision detector's,
-    so that it need look only then).
+    so that it need look only then), once ``settled``: ``settle_time`` (s, SETTLING / min K)
+    of state time after the start.
     """
 
     def __init__(self, dynamics: Dynamics, gains, *, effort_timing: str = "held",
@@ -86,6 +95,7 @@ class MomentumObserver:
             raise ControllerError("gains must be > 0 (1/s)")
         self.held = effort_timing == "held"
         self.max_gap = float(max_gap)
+        self.settle_time = SETTLING / float(np.min(self.gains))
         self.friction = friction and has_friction(model)
         # the law's parameters for observe: [damping; friction; stribeck; stribeck_velocity]
         self._losses = np.stack([model.damping, model.friction, model.stribeck_friction,
@@ -109,11 +119,18 @@ class MomentumObserver:
         self._coefficients = np.zeros(10)
         self._a, self._b = np.zeros(n), np.zeros(n)  # e^{−KΔt}, (1 − e^{−KΔt})/Δt
         self._ready = False
+        self._start = math.nan  # the time of the state the estimate started from
 
     @property
     def ready(self) -> bool:
         """Whether ``estimate`` has been updated since the last restart."""
         return self._ready
+
+    @property
+    def settled(self) -> bool:
+        """Whether ``settle_time`` of state time has passed since the estimate started (the
+        first state, or the last restart)."""
+        return self._ready and self._t - self._start >= self.settle_time
 
     def reset(self, why: str = "") -> None:
         """Restart: r = 0, and the next state is the new p(0). ``why`` goes to ``problem``."""
@@ -170,9 +187,11 @@ class MomentumObserver:
                 self.skipped += 1
                 self.reset(NOT_FINITE)
             return False
+        if first:
+            self._start = t
         self._t = t
         self._ready = self._ready or code > 0
-        self.over = code == 2
+        self.over = code == 2 and self.settled
         return code > 0
 
     def _numpy_step(self, q, v, effort, first: bool) -> int:
