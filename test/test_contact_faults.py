@@ -7,12 +7,17 @@ DDS; the shape of test_contact_ros.py):
 - NaN efforts in the joint states: the observer restarts once, naming the efforts, never
   starts from such a state; a flood of restarts is logged throttled and counted;
 - a restart of the observer (a gap in the states, then a state that moves differently): its
-  first estimates are not taken for a collision; a real push afterwards is.
+  first estimates are not taken for a collision; a real push afterwards is;
+- sim time that jumps back (a simulator reset): logged once and said on /diagnostics, the
+  reference dropped and the measured position held, commands (rate-limited) and contact
+  outputs go on from the new time.
 """
 
 from __future__ import annotations
 
 import math
+import re
+import time
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
@@ -20,9 +25,11 @@ from geometry_msgs.msg import WrenchStamped
 from pin_oracle import arm_torques
 from ros2_control_samples import PANDA_ARM, panda_block, robot_xml, with_blocks
 from ros_harness import close_all, control_node, fresh_name, simulator
+from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import SetBool, Trigger
+from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from rb_dynamics import DEFAULT_URDF
 from rb_dynamics.dynamics import default_payload_link, link_pose
@@ -212,5 +219,89 @@ def test_no_collision_from_the_transient_after_a_restart(tmp_path):
         assert node.wait_for(lambda: collisions, 5.0), node.output()
         assert len(collisions) == 1 and list(collisions[0][1].joint_names) == [JOINTS[1]], \
             collisions[0][1]
+    finally:
+        node.close()
+
+
+class ClockAndStates:
+    """A simulator of the test's own on the peer: /clock, then a joint state stamped with it
+    (the bundled arm at rest at Q0, gravity efforts), every 2 ms of sim time, as fast as the
+    peer goes (free-running: the node's commands are not waited for)."""
+
+    def __init__(self, node, t: float) -> None:
+        self.node, self.t = node, t
+        self.clock = node.publisher(Clock, "/clock")
+        self.efforts = arm_torques(DEFAULT_URDF, JOINTS, Q0).tolist()
+
+    def step(self) -> None:
+        self.t += 0.002
+        sec, nanosec = divmod(round(self.t * 1e9), 1_000_000_000)
+        msg = Clock()
+        msg.clock.sec, msg.clock.nanosec = sec, nanosec
+        self.clock.publish(msg)
+        state = JointState(name=JOINTS, position=Q0.tolist(), velocity=[0.0] * 6,
+                           effort=self.efforts)
+        state.header.stamp.sec, state.header.stamp.nanosec = sec, nanosec
+        self.node.publish_state(state)
+        self.node.peer.executor.spin_once(timeout_sec=0.001)
+
+    def run_until(self, t: float) -> None:
+        while self.t < t:
+            self.step()
+
+
+def test_sim_time_going_back_is_said_and_the_loop_goes_on_from_it(tmp_path):
+    """Sim time jumps back by 1.5 s while a ~/joint_trajectory reference moves the arm (a
+    simulator reset): the node logs it once and says it on /diagnostics; commands, rate
+    limited to 100 Hz, go on at once (the rate limiter waited for the old time), holding the
+    measured position (the reference dropped: it does not come back when the new time reaches
+    it); ~/external_efforts go on at their 50 Hz."""
+    node = control_node(tmp_path, {"urdf_path": str(DEFAULT_URDF), "mode": "computed_torque",
+                                   "use_sim_time": True, "state_timeout": 0.5,
+                                   "max_publish_rate": 100.0, "contact.publish_rate": 50.0},
+                        name=fresh_name("rb_dynamics_time_back"), state_qos=100)
+    sim = ClockAndStates(node, 100.0)
+    commands = node.commands
+    estimates = node.received(JointState, "~/external_efforts")
+    diagnostics = node.received(DiagnosticArray, "/diagnostics")
+    gravity = np.clip(arm_torques(DEFAULT_URDF, JOINTS, Q0), -ARM.effort_limit,
+                      ARM.effort_limit)
+    try:
+        deadline = time.monotonic() + 60.0
+        while not commands:
+            assert time.monotonic() < deadline, node.output()
+            sim.step()
+        sim.run_until(sim.t + 0.2)
+        start = sim.t + 0.1
+        goal = JointTrajectory(joint_names=JOINTS, points=[JointTrajectoryPoint(
+            positions=(Q0 + [0.3, 0, 0, 0, 0, 0]).tolist(), velocities=[0.0] * 6)])
+        goal.points[0].time_from_start.sec = 2
+        goal.header.stamp.sec, goal.header.stamp.nanosec = divmod(round(start * 1e9), 10**9)
+        node.publish_matched(JointTrajectory, "~/joint_trajectory", goal)
+        sim.run_until(start + 0.4)
+        assert np.abs(np.array(commands[-1][1].data) - gravity).max() > 1.0, \
+            "the reference does not move the arm\n" + node.output()
+        before = sim.t
+        sim.t -= 1.5  # the reset
+        jumped = time.monotonic()
+        sim.run_until(before - 0.5)  # 1 s of the new time, all before the last command's
+        early = sum(1 for t, _ in commands if t > jumped)
+        assert early > 50, (early, node.output())  # 100 Hz: ~100
+        sim.run_until(before - 1.5 + 2.0)  # past the reference's start and middle again
+        after = [m for t, m in commands if t > jumped]
+        late = after[len(after) // 2:]
+        worst = max(np.abs(np.array(m.data) - gravity).max() for m in late)
+        assert worst < 1e-6, ("not holding the measured position", worst, node.output())
+        new_time = [m for t, m in estimates if t > jumped and _stamp(m) < before]
+        assert len(new_time) > 20, (len(new_time), node.output())
+        said_back = re.findall(r"sim time went back by ([0-9.]+) s", node.output())
+        assert len(said_back) == 1 and abs(float(said_back[0]) - 1.5) < 0.05, node.output()
+
+        def said() -> bool:
+            return any(kv.key == "time went back (total)" and kv.value == "1"
+                       for _, array in diagnostics for s in array.status
+                       if s.hardware_id == node.name for kv in s.values)
+
+        assert node.wait_for(said, 5.0), node.output()
     finally:
         node.close()

@@ -117,7 +117,7 @@ class ContactMonitor:
         self._parts: _Parts | None = None
         self._last_q: np.ndarray | None = None  # the controller's last state seen
         self._origin_ns = -2 * DAY_NS
-        self._next_publish = -math.inf
+        self._last_output = -math.inf  # the stamp (s) of the last state whose outputs went out
         self._efforts_msg, self._wrench_msg = JointState(), WrenchStamped()  # reused
         self.problem = ""  # why there is no estimate now ("": there is)
         self.latched: Collision | None = None  # a detection in force (reaction ≠ none)
@@ -226,9 +226,9 @@ class ContactMonitor:
         elif self.reaction == "compliant" and controller.mode != "gravity_compensation":
             with self.loop.lock:  # the mode was set meanwhile: compliant until the reset
                 self._enforce(controller)
-        if stamp_ns * 1e-9 >= self._next_publish:
-            rate = self.settings["contact.publish_rate"]
-            self._next_publish = stamp_ns * 1e-9 + 1.0 / rate if rate > 0.0 else -math.inf
+        rate, t = self.settings["contact.publish_rate"], stamp_ns * 1e-9
+        if rate <= 0.0 or not 0.0 <= t - self._last_output < 1.0 / rate:  # (or time went back)
+            self._last_output = t
             with self.loop.lock:  # copies of this state's values for the executor
                 if len(self._pending_r) != len(estimate):
                     self._pending_q, self._pending_r = np.zeros(len(q)), np.zeros(len(estimate))

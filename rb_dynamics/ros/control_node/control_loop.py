@@ -33,6 +33,15 @@ be logged), ``fault`` (end what follows the reference), and listeners
 (``set_command_monitor``, ``set_fault_listener``, ``set_state_recorder`` by key,
 ``set_first_state_callback``) called on the loop's thread.
 
+Time that goes back (a simulator reset on sim time: /clock and the states' stamps jump back;
+a system clock stepped back) is seen by the loop's thread: the clock read lower than before,
+or, on sim time, a state stamped more than ``state_timeout`` before the last one (the clock
+may follow it a moment later: that is the same jump). The loop goes on from the new time: the
+jump is logged and said on /diagnostics, the rate limit, the stale check and the velocity
+differencing start again from it, the reference is dropped (a goal being executed aborts
+naming the jump, a ``~/joint_trajectory`` reference ends) and the measured position is held,
+the integral term restarts (the observer, on the states' stamps, restarts by itself).
+
 States that go stale end a goal being executed (the goal's reference is dropped); when they come
 back (perhaps from another pose) the reference left, one from ``~/joint_trajectory``, restarts
 from the first fresh measured state with the points still due, as a new trajectory would
@@ -111,6 +120,13 @@ class ControlLoop:
         self.stop_command = "gravity"  # gravity, zero or none: the node's stop_command
         self._commanding = False  # a command went out since the last stop command
         self._last_state = -np.inf  # node clock (s) of the last state the controller took
+        self._last_state_clock = -np.inf  # the clock (s) when it was taken
+        self._last_clock_ns = -2**63  # the clock's last reading on this thread
+        # a state's stamp went back before the clock did: the clock's reading then (ns); a
+        # reading below it is the clock following that jump
+        self._clock_follows_ns: int | None = None
+        self.time_jumps = 0  # times time went back (total)
+        self.last_time_jump = ""  # what the last one was
         self._time_origin_ns = -2 * DIFFERENCING_SPAN_NS  # set by the first state
         self._restart_reference = False  # states went stale: the next one restarts it
         companion = Node(f"{node.get_name()}_control_loop", namespace=node.get_namespace(),
@@ -181,9 +197,21 @@ class ControlLoop:
         """On the loop thread: no usable state for ``state_timeout`` while commanding → the
         stop command (commanding resumes with the next usable state)."""
         controller = self._controller
-        if not self._commanding or controller is None:
+        if controller is None:
             return
-        age = self.now() - self._last_state
+        now_ns = self.node.get_clock().now().nanoseconds
+        back_ns = self._clock_reading(now_ns)
+        if back_ns:
+            with self.lock:
+                if self._controller is controller:
+                    self._time_went_back(back_ns * 1e-9, now_ns * 1e-9, now_ns * 1e-9,
+                                         controller)
+        if not self._commanding:
+            return
+        now = now_ns * 1e-9
+        # until the clock follows a jump of the stamps, ages run on the clock alone
+        age = now - (self._last_state if self._clock_follows_ns is None
+                     else self._last_state_clock)
         if age > controller.max_state_age:
             waiting = next(take_queued(self.state_sub, 1), None)
             if waiting is not None:
@@ -204,6 +232,42 @@ class ControlLoop:
                     controller.hold_position = None
                     self._restart_reference = True
                     self._hold_reported = False
+
+    def _clock_reading(self, now_ns: int) -> int:
+        """The clock read ``now_ns`` (the loop's thread): by how many ns it went back since
+        the last reading, 0 when it did not, or when it follows a jump the states' stamps
+        made first."""
+        last, self._last_clock_ns = self._last_clock_ns, now_ns
+        following = self._clock_follows_ns
+        if following is not None:
+            if now_ns < following:  # it has followed the stamps back: the same jump
+                self._clock_follows_ns = None
+                self._last_publish = -np.inf
+            return 0
+        return max(last - now_ns, 0)
+
+    def _time_went_back(self, seconds: float, now: float, clock: float,
+                        controller: JointController) -> None:
+        """Time went back by ``seconds`` to ``now`` (s; the clock reads ``clock``): the loop
+        goes on from there (the module docstring). Under ``lock``."""
+        self.time_jumps += 1
+        # the stale check and the next jump's reference run from here, whether or not the
+        # state that showed it is taken
+        self._last_state, self._last_state_clock = now, clock
+        simulated = self.node.get_clock().ros_time_is_active
+        self.last_time_jump = (
+            f"{'sim ' if simulated else ''}time went back by {seconds:.3f} s (to {now:.3f} s"
+            f"{', a simulator reset?' if simulated else ''}): the reference is dropped and "
+            "the measured position held; going on from the new time")
+        self.problem(self.last_time_jump, "time went back")
+        self._last_publish = -np.inf
+        self._time_origin_ns = -2 * DIFFERENCING_SPAN_NS
+        controller.state_reader.missing_velocity.estimator.reset()
+        self.fault("time", self.last_time_jump, controller)
+        controller.trajectory, controller.hold_position = None, None
+        controller.reset_integral()
+        self._restart_reference = False
+        self._hold_reported = False
 
     def _refuse_unstable_gains(self, why: str, controller: JointController) -> None:
         """Gains the loop cannot take at the measured period: no command (the stop command
@@ -308,6 +372,13 @@ class ControlLoop:
         # the instant the state describes: its stamp, or its arrival when it has none
         state_time = stamp if stamp_ns > 0 else now
         simulated = clock.ros_time_is_active
+        back = self._clock_reading(now_ns) * 1e-9
+        if simulated and self._last_state - state_time > controller.max_state_age:
+            back = max(back, self._last_state - state_time)  # the stamps went back
+            if now - state_time > controller.max_state_age:  # before the clock
+                self._clock_follows_ns = now_ns
+        if back:
+            self._time_went_back(back, state_time if simulated else now, now, controller)
         if stamp - now > controller.max_state_age and not simulated:
             # the reference is sampled at the stamp: a stamp from the future would jump it
             # ahead (to a goal's last point, ending the goal early). On sim time the clock is
@@ -341,7 +412,9 @@ class ControlLoop:
         # the states on a busy machine, and a lagging clock that catches up at once would make
         # a state taken late look stale
         self._last_state = state_time if simulated else now
-        if not self._publishing or self.suspended or now - self._last_publish < self._min_period:
+        self._last_state_clock = now
+        if not self._publishing or self.suspended \
+                or 0.0 <= now - self._last_publish < self._min_period:
             return False
         started = time.perf_counter()
         try:  # the reference is sampled at the instant the state describes

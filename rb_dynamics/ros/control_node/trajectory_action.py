@@ -176,7 +176,9 @@ class TrajectoryAction:
     def _on_fault(self, kind: str, why: str, controller: JointController) -> None:
         """The loop cannot follow the reference (on its thread, under its lock): the goal ends.
         Stale states: its reference is dropped (the next fresh state is held where measured);
-        a non-finite effort: the measured position is held."""
+        a non-finite effort or time that went back: the measured position is held."""
+        if kind == "time":
+            self._next_state = -math.inf  # ~/controller_state from the new time on
         goal = self._goal
         if goal is None:
             return
