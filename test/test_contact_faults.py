@@ -10,7 +10,7 @@ DDS; the shape of test_contact_ros.py):
   first estimates are not taken for a collision; a real push afterwards is;
 - sim time that jumps back (a simulator reset): logged once and said on /diagnostics, the
   reference dropped and the measured position held, commands (rate-limited) and contact
-  outputs go on from the new time.
+  outputs go on from the new time; a goal being followed aborts naming the jump.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import re
 import time
 
 import numpy as np
+import pytest
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import WrenchStamped
 from pin_oracle import arm_torques
@@ -34,6 +35,7 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 from rb_dynamics import DEFAULT_URDF
 from rb_dynamics.dynamics import default_payload_link, link_pose
 from rb_dynamics.model import load_model
+from rb_dynamics.ros.control_node.trajectory_action import MISSING
 from rb_dynamics_interfaces.msg import Collision
 
 PANDA_XML = robot_xml("panda")
@@ -304,4 +306,57 @@ def test_sim_time_going_back_is_said_and_the_loop_goes_on_from_it(tmp_path):
 
         assert node.wait_for(said, 5.0), node.output()
     finally:
+        node.close()
+
+
+@pytest.mark.skipif(MISSING is not None, reason=str(MISSING))
+def test_a_goal_running_when_sim_time_goes_back_aborts_naming_it(tmp_path):
+    """A FollowJointTrajectory goal being followed when sim time jumps back by 1.5 s: it ends
+    ABORTED naming the jump; a new goal is taken on the new time."""
+    from control_msgs.action import FollowJointTrajectory
+    from rclpy.action import ActionClient
+
+    node = control_node(tmp_path, {"urdf_path": str(DEFAULT_URDF), "mode": "computed_torque",
+                                   "use_sim_time": True, "state_timeout": 0.5},
+                        name=fresh_name("rb_dynamics_time_back_goal"), state_qos=100)
+    sim = ClockAndStates(node, 100.0)
+    client = ActionClient(node.peer.node, FollowJointTrajectory,
+                          f"/{node.name}/follow_joint_trajectory")
+
+    def send(seconds: float):
+        point = JointTrajectoryPoint(positions=(Q0 + [0.3, 0, 0, 0, 0, 0]).tolist(),
+                                     velocities=[0.0] * 6)
+        point.time_from_start.sec = int(seconds)
+        sent = client.send_goal_async(FollowJointTrajectory.Goal(
+            trajectory=JointTrajectory(joint_names=JOINTS, points=[point])))
+        deadline = time.monotonic() + 30.0
+        while not sent.done():
+            assert time.monotonic() < deadline, node.output()
+            sim.step()
+        return sent.result()
+
+    try:
+        deadline = time.monotonic() + 60.0
+        while not node.commands:
+            assert time.monotonic() < deadline, node.output()
+            sim.step()
+        assert client.wait_for_server(timeout_sec=30.0), node.output()
+        handle = send(30.0)  # (sim time runs on while the answer comes)
+        assert handle.accepted, node.output()
+        result = handle.get_result_async()
+        sim.run_until(sim.t + 0.3)
+        assert not result.done(), result.result().result.error_string
+        sim.t -= 1.5
+        deadline = time.monotonic() + 30.0
+        while not result.done():
+            assert time.monotonic() < deadline, node.output()
+            sim.step()
+        answer = result.result().result
+        assert answer.error_code == FollowJointTrajectory.Result.INVALID_GOAL
+        assert answer.error_string.startswith("Aborted: sim time went back by"), \
+            answer.error_string
+        again = send(30.0)  # on the new time
+        assert again.accepted, node.output()
+    finally:
+        client.destroy()
         node.close()
