@@ -360,3 +360,36 @@ def test_a_goal_running_when_sim_time_goes_back_aborts_naming_it(tmp_path):
     finally:
         client.destroy()
         node.close()
+
+
+def test_loop_time_counts_a_reset_once_whichever_shows_it_first():
+    """The loop sees a jump back at its next clock reading or state: on sim time a state
+    stamped after the reset may come before the node has read the reset /clock (or after):
+    one jump either way; ages run on the clock until it follows. On the system clock a stamp
+    that goes back is the driver's, not a jump of time."""
+    from rb_dynamics.ros.control_node.control_loop import LoopTime
+
+    def ns(seconds: float) -> int:
+        return round(seconds * 1e9)
+
+    time_base = LoopTime()
+    assert not time_base.went_back(ns(100.0), 100.0, True, 0.5)
+    time_base.taken(100.0, 100.0)
+    assert not time_base.went_back(ns(101.0), 101.0, True, 0.5)
+    time_base.taken(101.0, 101.0)
+    # the stamp first, the clock still at the old time; then the clock follows
+    assert "sim time went back by 1.500 s" in time_base.went_back(ns(101.0), 99.5, True, 0.5)
+    assert time_base.age(101.01) == pytest.approx(0.01)  # on the clock until it follows
+    time_base.taken(99.5, 101.0)
+    assert not time_base.went_back(ns(99.502), 99.502, True, 0.5)
+    time_base.taken(99.502, 99.502)
+    assert time_base.age(99.6) == pytest.approx(0.098)
+    # the clock first (a reading between states), then a state at the new time
+    assert time_base.went_back(ns(98.0), None, True, 0.5)
+    assert not time_base.went_back(ns(98.002), 98.002, True, 0.5)
+    assert time_base.jumps == 2
+    # the system clock: a driver's stamps going back are not time going back
+    system = LoopTime()
+    system.went_back(ns(1000.0), 1000.0, False, 0.1)
+    system.taken(1000.0, 1000.0)
+    assert not system.went_back(ns(1000.01), 990.0, False, 0.1) and system.jumps == 0
