@@ -89,7 +89,7 @@ def test_a_push_is_detected_with_joints_naming_only_the_arm(tmp_path):
 
     try:
         assert sim.wait_for(lambda: states and forwarded and control.client(
-            Trigger, "~/reset_collision").service_is_ready(), 60.0), logs()
+            Trigger, "~/reset_collision").service_is_ready(), 120.0), logs()
         assert sim.call(SetBool, "~/pause", SetBool.Request(data=False)).success
         run_for(0.3)  # the hold settled, the observer running
         assert estimates and list(estimates[-1][1].name) == PANDA_ARM, logs()
@@ -159,7 +159,7 @@ def test_nan_efforts_restart_the_observer_once_with_their_reason(tmp_path):
     bad[2] = math.nan
     try:
         assert node.wait_for(lambda: node.commands or node.send_state(JOINTS, Q0) or False,
-                             30.0), node.output()
+                             120.0), node.output()
         sender.stream(gravity, 100)
         assert estimates and np.abs(estimates[-1][1].effort).max() < 1e-6, node.output()
         sender.stream(bad, 100)
@@ -207,7 +207,7 @@ def test_no_collision_from_the_transient_after_a_restart(tmp_path):
     gravity = arm_torques(DEFAULT_URDF, JOINTS, Q0)
     try:
         assert node.wait_for(lambda: node.commands or node.send_state(JOINTS, Q0) or False,
-                             30.0), node.output()
+                             120.0), node.output()
         sender.stream(gravity, 50)
         sender.send(gravity, velocity=[0.1] * 6, after=3.0)  # the restart: 3 s of state time
         sender.stream(gravity, 100)
@@ -253,13 +253,13 @@ class ClockAndStates:
 
 
 def test_sim_time_going_back_is_said_and_the_loop_goes_on_from_it(tmp_path):
-    """Sim time jumps back by 1.5 s while a ~/joint_trajectory reference moves the arm (a
+    """Sim time jumps back by 5 s while a ~/joint_trajectory reference moves the arm (a
     simulator reset): the node logs it once and says it on /diagnostics; commands, rate
-    limited to 100 Hz, go on at once (the rate limiter waited for the old time), holding the
-    measured position (the reference dropped: it does not come back when the new time reaches
-    it); ~/external_efforts go on at their 50 Hz."""
+    limited to 100 Hz, go on at once at the pace they had before (the rate limiter waited for
+    the old time), holding the measured position (the reference dropped: not sampled on the
+    new time); ~/external_efforts go on at their 50 Hz."""
     node = control_node(tmp_path, {"urdf_path": str(DEFAULT_URDF), "mode": "computed_torque",
-                                   "use_sim_time": True, "state_timeout": 0.5,
+                                   "use_sim_time": True, "state_timeout": 2.0,
                                    "max_publish_rate": 100.0, "contact.publish_rate": 50.0},
                         name=fresh_name("rb_dynamics_time_back"), state_qos=100)
     sim = ClockAndStates(node, 100.0)
@@ -269,35 +269,38 @@ def test_sim_time_going_back_is_said_and_the_loop_goes_on_from_it(tmp_path):
     gravity = np.clip(arm_torques(DEFAULT_URDF, JOINTS, Q0), -ARM.effort_limit,
                       ARM.effort_limit)
     try:
-        deadline = time.monotonic() + 60.0
+        deadline = time.monotonic() + 120.0
         while not commands:
             assert time.monotonic() < deadline, node.output()
             sim.step()
-        sim.run_until(sim.t + 0.2)
+        counted = len(commands)
+        sim.run_until(sim.t + 1.0)
+        baseline = len(commands) - counted  # commands per second of sim time, in this run
         start = sim.t + 0.1
         goal = JointTrajectory(joint_names=JOINTS, points=[JointTrajectoryPoint(
             positions=(Q0 + [0.3, 0, 0, 0, 0, 0]).tolist(), velocities=[0.0] * 6)])
-        goal.points[0].time_from_start.sec = 2
+        goal.points[0].time_from_start.sec = 10
         goal.header.stamp.sec, goal.header.stamp.nanosec = divmod(round(start * 1e9), 10**9)
         node.publish_matched(JointTrajectory, "~/joint_trajectory", goal)
-        sim.run_until(start + 0.4)
-        assert np.abs(np.array(commands[-1][1].data) - gravity).max() > 1.0, \
-            "the reference does not move the arm\n" + node.output()
+        deadline = time.monotonic() + 30.0
+        while np.abs(np.array(commands[-1][1].data) - gravity).max() < 1.0:  # it moves
+            assert time.monotonic() < deadline, node.output()
+            sim.step()
         before = sim.t
-        sim.t -= 1.5  # the reset
+        sim.t -= 5.0  # the reset
         jumped = time.monotonic()
-        sim.run_until(before - 0.5)  # 1 s of the new time, all before the last command's
+        sim.run_until(before - 4.0)  # 1 s of the new time, all before the last command's
         early = sum(1 for t, _ in commands if t > jumped)
-        assert early > 50, (early, node.output())  # 100 Hz: ~100
-        sim.run_until(before - 1.5 + 2.0)  # past the reference's start and middle again
+        assert early > max(5, baseline / 3), (early, baseline, node.output())
+        sim.run_until(before - 3.0)
         after = [m for t, m in commands if t > jumped]
         late = after[len(after) // 2:]
         worst = max(np.abs(np.array(m.data) - gravity).max() for m in late)
         assert worst < 1e-6, ("not holding the measured position", worst, node.output())
         new_time = [m for t, m in estimates if t > jumped and _stamp(m) < before]
-        assert len(new_time) > 20, (len(new_time), node.output())
+        assert len(new_time) > 5, (len(new_time), node.output())  # 50 Hz: ~100
         said_back = re.findall(r"sim time went back by ([0-9.]+) s", node.output())
-        assert len(said_back) == 1 and abs(float(said_back[0]) - 1.5) < 0.05, node.output()
+        assert len(said_back) == 1 and abs(float(said_back[0]) - 5.0) < 0.05, node.output()
 
         def said() -> bool:
             return any(kv.key == "time went back (total)" and kv.value == "1"
@@ -311,13 +314,13 @@ def test_sim_time_going_back_is_said_and_the_loop_goes_on_from_it(tmp_path):
 
 @pytest.mark.skipif(MISSING is not None, reason=str(MISSING))
 def test_a_goal_running_when_sim_time_goes_back_aborts_naming_it(tmp_path):
-    """A FollowJointTrajectory goal being followed when sim time jumps back by 1.5 s: it ends
+    """A FollowJointTrajectory goal being followed when sim time jumps back by 5 s: it ends
     ABORTED naming the jump; a new goal is taken on the new time."""
     from control_msgs.action import FollowJointTrajectory
     from rclpy.action import ActionClient
 
     node = control_node(tmp_path, {"urdf_path": str(DEFAULT_URDF), "mode": "computed_torque",
-                                   "use_sim_time": True, "state_timeout": 0.5},
+                                   "use_sim_time": True, "state_timeout": 2.0},
                         name=fresh_name("rb_dynamics_time_back_goal"), state_qos=100)
     sim = ClockAndStates(node, 100.0)
     client = ActionClient(node.peer.node, FollowJointTrajectory,
@@ -336,17 +339,17 @@ def test_a_goal_running_when_sim_time_goes_back_aborts_naming_it(tmp_path):
         return sent.result()
 
     try:
-        deadline = time.monotonic() + 60.0
+        deadline = time.monotonic() + 120.0
         while not node.commands:
             assert time.monotonic() < deadline, node.output()
             sim.step()
-        assert client.wait_for_server(timeout_sec=30.0), node.output()
+        assert client.wait_for_server(timeout_sec=60.0), node.output()
         handle = send(30.0)  # (sim time runs on while the answer comes)
         assert handle.accepted, node.output()
         result = handle.get_result_async()
         sim.run_until(sim.t + 0.3)
         assert not result.done(), result.result().result.error_string
-        sim.t -= 1.5
+        sim.t -= 5.0
         deadline = time.monotonic() + 30.0
         while not result.done():
             assert time.monotonic() < deadline, node.output()
