@@ -131,7 +131,7 @@ class StateSender:
         commands = self.node.commands
         count = len(commands)
         self.node.publish_state(msg)
-        assert self.node.wait_for(lambda: len(commands) > count, 10.0), self.node.output()
+        assert self.node.wait_for(lambda: len(commands) > count, 60.0), self.node.output()
 
     def stream(self, efforts, states: int) -> None:
         """``states`` states; ``efforts``: one list, or a function of the state's count."""
@@ -147,7 +147,7 @@ def test_nan_efforts_restart_the_observer_once_with_their_reason(tmp_path):
     """A stream of states with a NaN effort: one restart, "efforts not finite" (none of them
     taken as the new start, so the first good state after them is no "overflow"), the
     estimate back at zero with good efforts; NaN and good states alternating: a restart each
-    time, counted on /diagnostics, the warning throttled."""
+    time, counted on /diagnostics, the warning throttled (once per 2 s, not once per restart)."""
     node = control_node(tmp_path, {"urdf_path": str(DEFAULT_URDF), "mode": "computed_torque",
                                    "state_timeout": 2.0, "contact.publish_rate": 0.0},
                         name=fresh_name("rb_dynamics_contact_nan"), state_qos=100)
@@ -162,6 +162,7 @@ def test_nan_efforts_restart_the_observer_once_with_their_reason(tmp_path):
                              120.0), node.output()
         sender.stream(gravity, 100)
         assert estimates and np.abs(estimates[-1][1].effort).max() < 1e-6, node.output()
+        flood_started = time.monotonic()
         sender.stream(bad, 100)
         count = len(estimates)
         sender.stream(gravity, 100)
@@ -185,7 +186,9 @@ def test_nan_efforts_restart_the_observer_once_with_their_reason(tmp_path):
         assert node.wait_for(counted, 5.0), (
             [(kv.key, kv.value) for kv in _contact_statuses(diagnostics, node.name)[-1].values],
             node.output())
-        assert node.output().count("observer restarted") <= 2, node.output()
+        # one warning per 2 s (ThrottledLogger) over the flood's span, not one per restart
+        allowed = 2 + int((time.monotonic() - flood_started) / 2.0)
+        assert node.output().count("observer restarted") <= min(allowed, 25), node.output()
         assert "overflowed" not in node.output(), node.output()
     finally:
         node.close()
