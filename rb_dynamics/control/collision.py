@@ -62,7 +62,11 @@ class Collision:
 class CollisionDetector:
     """Thresholds on the estimate of the joints ``joints`` at coordinates ``index`` of the
     observer's vector (``absolute``, ``uncertainty``: one value or one per joint, ≥ 0;
-    ``factor`` ≥ 0). ``ControllerError`` for bad values."""
+    ``factor`` ≥ 0). ``ControllerError`` for bad values.
+
+    The observer estimates every coordinate of the model; ``joints`` may be fewer (the arm of
+    a robot with a gripper): the thresholds, ``Collision``'s arrays and ``check``'s reading
+    are per joint of ``joints``, the other coordinates are not watched."""
 
     def __init__(self, joints: Sequence[str], index: np.ndarray, absolute, uncertainty=0.0,
                  factor: float = 3.0, latch: bool = True) -> None:
@@ -78,7 +82,7 @@ class CollisionDetector:
         self.latch = latch
         self.latched: Collision | None = None  # the detection in force, until reset
         self._armed = True
-        self._every = np.array_equal(self.index, np.arange(n))
+        self._every = False  # ``index`` is every coordinate of the estimate, in order (watch)
         self._abs, self._over = np.zeros(n), np.zeros(n, dtype=bool)
 
     @staticmethod
@@ -92,6 +96,7 @@ class CollisionDetector:
         states that pass one (its ``over``): ``needed`` tells when ``check`` must look."""
         observer.thresholds[:] = np.inf
         observer.thresholds[self.index] = self.thresholds
+        self._every = np.array_equal(self.index, np.arange(len(observer.estimate)))
 
     def needed(self, over: bool) -> bool:
         """Whether ``check`` has anything to do after a state whose estimate passed a
@@ -100,7 +105,8 @@ class CollisionDetector:
 
     def check(self, t: float, estimate: np.ndarray) -> Collision | None:
         """A new ``Collision`` when a joint passes its threshold at time ``t`` while armed;
-        None otherwise (nothing over, already latched, or not re-armed)."""
+        None otherwise (nothing over, already latched, or not re-armed). ``estimate``: the
+        observer's, over the model's coordinates."""
         values = estimate if self._every else estimate[self.index]
         np.abs(values, out=self._abs)
         over = np.greater(self._abs, self.thresholds, out=self._over)

@@ -38,9 +38,18 @@ operations (equal to rounding). The model is the caller's ``Dynamics`` (its ``mo
 the armature is in M), a
 payload's share (``rb_dynamics.dynamics.PayloadEffort``) and the model's friction
 (``dynamics.friction_effort``: viscous, Coulomb and Stribeck, the engine's one law; in C its
-``friction_of``) and effort offset. A state with NaN or inf, a
-gap longer than ``max_gap`` or a time that goes back restarts the observer (r = 0, p(0) = the
-next state's p), and ``problem`` says why.
+``friction_of``) and effort offset. A gap longer than ``max_gap``, a time that goes back or an
+estimate that overflows restarts the observer (r = 0, p(0) = the next state's p), and
+``problem`` says why. A state whose efforts are NaN or inf is skipped (``skipped`` counts
+them): it is never a start, and it restarts the observer once, "efforts not finite", unless
+the observer is already waiting for a start.
+
+After a start (the first state, and every restart) the estimate is a transient as much as an
+answer: p(0) is taken from one state, and whatever that state got wrong (a velocity a busy
+driver sampled late, efforts averaged over another interval) decays as e^{−K t}. ``settled``
+is False until ``SETTLING`` time constants of the slowest joint (5/K) of state time have passed
+since the start, and ``over`` stays False until then: a detector that watches ``over`` is
+disarmed while the estimate settles.
 """
 
 from __future__ import annotations
@@ -57,6 +66,9 @@ from .law import ControllerError, check_gains
 __all__ = ["EFFORT_TIMINGS", "MomentumObserver"]
 
 EFFORT_TIMINGS = ("held", "sampled")
+SETTLING = 5.0  # time constants 1/K after a start before the estimate is trusted (e^−5: 0.7 %)
+NOT_FINITE = "observer restarted: efforts not finite (an effort is NaN or inf); such states " \
+    "are skipped"
 
 
 class MomentumObserver:
@@ -68,7 +80,8 @@ class MomentumObserver:
     array is updated in place: copy it to keep it). ``ready`` is False until then. ``max_gap``
     (s): two states further apart restart the observer. ``over`` says whether the last update
     left some |r_j| above ``thresholds`` (over v, inf: not watched; a collision detector's,
-    so that it need look only then).
+    so that it need look only then), once ``settled``: ``settle_time`` (s, SETTLING / min K)
+    of state time after the start.
     """
 
     def __init__(self, dynamics: Dynamics, gains, *, effort_timing: str = "held",
@@ -82,6 +95,7 @@ class MomentumObserver:
             raise ControllerError("gains must be > 0 (1/s)")
         self.held = effort_timing == "held"
         self.max_gap = float(max_gap)
+        self.settle_time = SETTLING / float(np.min(self.gains))
         self.friction = friction and has_friction(model)
         # the law's parameters for observe: [damping; friction; stribeck; stribeck_velocity]
         self._losses = np.stack([model.damping, model.friction, model.stribeck_friction,
@@ -94,6 +108,7 @@ class MomentumObserver:
         self.over = False
         self.problem = ""  # why the observer last restarted ("": it has not)
         self.restarts = 0
+        self.skipped = 0  # states skipped: their efforts were NaN or inf
         # rows [p, Cᵀq̇, g, τ_f, τ_m] of this state (0–4) and of the previous one (5–9): e Δt is
         # one product of a row of coefficients with them, and nothing is allocated per state
         # but what the kernels return
@@ -104,11 +119,18 @@ class MomentumObserver:
         self._coefficients = np.zeros(10)
         self._a, self._b = np.zeros(n), np.zeros(n)  # e^{−KΔt}, (1 − e^{−KΔt})/Δt
         self._ready = False
+        self._start = math.nan  # the time of the state the estimate started from
 
     @property
     def ready(self) -> bool:
         """Whether ``estimate`` has been updated since the last restart."""
         return self._ready
+
+    @property
+    def settled(self) -> bool:
+        """Whether ``settle_time`` of state time has passed since the estimate started (the
+        first state, or the last restart)."""
+        return self._ready and self._t - self._start >= self.settle_time
 
     def reset(self, why: str = "") -> None:
         """Restart: r = 0, and the next state is the new p(0). ``why`` goes to ``problem``."""
@@ -130,11 +152,15 @@ class MomentumObserver:
         """Take the joint state at time ``t`` (s): positions, velocities and measured efforts
         over the model's coordinates (float64 arrays). True when ``estimate`` was updated;
         False on the first state after a restart, for a state at the same time as the last one
-        (ignored), and when it restarted (``problem`` says why)."""
+        (ignored), for a state with efforts that are not finite (skipped), and when it
+        restarted (``problem`` says why)."""
         dt = t - self._t
         if dt == 0.0:
             return False
         first = not dt > 0.0 or dt > self.max_gap  # the first state (NaN), a gap, time back
+        if first and not math.isfinite(np.sum(effort)):
+            self.skipped += 1  # never a start (a step checks its efforts as it goes)
+            return False
         if first:
             if dt < 0.0:
                 self.reset(f"observer restarted: the state's time went back by {-dt:.3g} s")
@@ -155,11 +181,17 @@ class MomentumObserver:
         else:
             code = self._numpy_step(q, v, effort, first)
         if code < 0:
-            self._restart_for(q, v, effort)
+            if math.isfinite(np.sum(effort)):
+                self._restart_for(q, v)
+            else:  # what was applied over the interval is unknown: start again after it
+                self.skipped += 1
+                self.reset(NOT_FINITE)
             return False
+        if first:
+            self._start = t
         self._t = t
         self._ready = self._ready or code > 0
-        self.over = code == 2
+        self.over = code == 2 and self.settled
         return code > 0
 
     def _numpy_step(self, q, v, effort, first: bool) -> int:
@@ -188,12 +220,11 @@ class MomentumObserver:
         rows[5:10] = rows[0:5]
         return 0 if first else 1 + over
 
-    def _restart_for(self, q, v, effort) -> None:
-        """A restart naming what was not finite."""
+    def _restart_for(self, q, v) -> None:
+        """A restart naming what was not finite (the efforts were: ``update`` checked them)."""
         try:
             self.dynamics.momentum_terms(q, v)
-            why = "the estimate overflowed" if math.isfinite(np.sum(effort)) \
-                else "an effort is NaN or inf"
+            why = "the estimate overflowed"
         except ValueError as exc:
             why = str(exc)
         self.reset(f"observer restarted: {why}")

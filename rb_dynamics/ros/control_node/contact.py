@@ -22,7 +22,8 @@ refused, and the controller holds the measured position (``hold``), gravity-comp
 (``compliant``: the controller's mode is gravity compensation until the reset, which restores
 the ``mode`` parameter's) or stops commanding (``stop``: the stop command goes out once,
 commands resume at the reset, holding where the arm is). A joint state without efforts gives no
-estimate (said on /diagnostics; the control goes on); NaN or inf restart the observer (said).
+estimate (said on /diagnostics; the control goes on); one with NaN or inf efforts is skipped,
+and restarts the observer once (said, counted on /diagnostics); restarts are logged throttled.
 Efforts a drive reports without gravity or friction (``drive.effort_includes_*`` false) get
 them back from the model before the observer reads them (``joint_efforts``).
 """
@@ -52,6 +53,7 @@ from rb_dynamics.control import (
 from rb_dynamics.dynamics import LinkWrench, default_payload_link, friction_effort
 from rb_dynamics.ros import parameters as ros_params
 from rb_dynamics.ros.diagnostics import status
+from rb_dynamics.ros.runtime import ThrottledLogger
 from rb_dynamics_interfaces.msg import Collision as CollisionMessage
 
 from .contact_messages import collision_message, fill_efforts, fill_wrench, stamp_of
@@ -73,6 +75,8 @@ def joint_efforts(controller: JointController, names, efforts) -> np.ndarray:
     friction = None if drive.effort_includes_friction \
         else friction_effort(controller.model, controller.v)
     return drive.joint_effort(reported, controller.law.dynamics.gravity(controller.q), friction)
+
+
 DAY_NS = 86_400 * 1_000_000_000  # a stamp this far from the time origin moves it
 
 
@@ -85,6 +89,8 @@ class _Parts:
     detector: CollisionDetector
     wrench: LinkWrench | None
     wrench_problem: str
+    restarts_seen: int = 0  # the observer's restarts and skipped states already counted
+    skipped_seen: int = 0
 
 
 @dataclasses.dataclass
@@ -128,14 +134,16 @@ class ContactMonitor:
         self._parts: _Parts | None = None
         self._last_q: np.ndarray | None = None  # the controller's last state seen
         self._origin_ns = -2 * DAY_NS
-        self._next_publish = -math.inf
+        self._last_output = -math.inf  # the stamp (s) of the last state whose outputs went out
         self._efforts_msg, self._wrench_msg = JointState(), WrenchStamped()  # reused
         self.problem = ""  # why there is no estimate now ("": there is)
         self.latched: Collision | None = None  # a detection in force (reaction ≠ none)
         self.reaction = ""  # the reaction in force while latched
         self._mode = ""  # the controller's mode before a compliant reaction
         self.detections = 0
-        self.restarts_told = 0
+        self.restarts_told = 0  # observer restarts, every observer's (total)
+        self.skipped_states = 0  # joint states with NaN or inf efforts (total)
+        self.warn = ThrottledLogger(self.log)
         self._period = _Period()
         loop.set_state_recorder(self._on_state, "contact")
 
@@ -215,9 +223,15 @@ class ContactMonitor:
         observer.set_payload(controller.law.payload)
         updated = observer.update((stamp_ns - self._origin_ns) * 1e-9, q, controller.v,
                                   joint_efforts(controller, names, efforts))
-        if observer.restarts != self.restarts_told:
-            self.restarts_told = observer.restarts
-            self.log.warning(observer.problem)
+        if observer.skipped != parts.skipped_seen:
+            self.skipped_states += observer.skipped - parts.skipped_seen
+            parts.skipped_seen = observer.skipped
+            self.problem = ("joint_states carry NaN or inf efforts: such states are skipped, no "
+                            "external effort estimate from them; control goes on")
+        if observer.restarts != parts.restarts_seen:
+            self.restarts_told += observer.restarts - parts.restarts_seen
+            parts.restarts_seen = observer.restarts
+            self.warn(observer.problem, "observer restarted")  # throttled: a flood says once
         if not updated:
             return
         self.problem = ""
@@ -229,9 +243,9 @@ class ContactMonitor:
         elif self.reaction == "compliant" and controller.mode != "gravity_compensation":
             with self.loop.lock:  # the mode was set meanwhile: compliant until the reset
                 self._enforce(controller)
-        if stamp_ns * 1e-9 >= self._next_publish:
-            rate = self.settings["contact.publish_rate"]
-            self._next_publish = stamp_ns * 1e-9 + 1.0 / rate if rate > 0.0 else -math.inf
+        rate, t = self.settings["contact.publish_rate"], stamp_ns * 1e-9
+        if rate <= 0.0 or not 0.0 <= t - self._last_output < 1.0 / rate:  # (or time went back)
+            self._last_output = t
             with self.loop.lock:  # copies of this state's values for the executor
                 if len(self._pending_r) != len(estimate):
                     self._pending_q, self._pending_r = np.zeros(len(q)), np.zeros(len(estimate))
@@ -356,6 +370,7 @@ class ContactMonitor:
                   "effort timing": self.settings["contact.effort_timing"],
                   "collisions detected (total)": str(self.detections),
                   "observer restarts (total)": str(self.restarts_told),
+                  "states with NaN or inf efforts (total)": str(self.skipped_states),
                   "estimates per s": str(period.estimates),
                   "compute mean (us)": f"{1e6 * mean:.1f}",
                   "compute max (us)": f"{1e6 * period.compute_max:.1f}"}

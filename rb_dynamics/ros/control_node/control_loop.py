@@ -37,6 +37,15 @@ be logged), ``fault`` (end what follows the reference), and listeners
 (``set_command_monitor``, ``set_fault_listener``, ``set_state_recorder`` by key,
 ``set_first_state_callback``) called on the loop's thread.
 
+Time that goes back (a simulator reset on sim time: /clock and the states' stamps jump back;
+a system clock stepped back) is seen by the loop's thread: the clock read lower than before,
+or, on sim time, a state stamped more than ``state_timeout`` before the last one (the clock
+may follow it a moment later: that is the same jump). The loop goes on from the new time: the
+jump is logged and said on /diagnostics, the rate limit, the stale check and the velocity
+differencing start again from it, the reference is dropped (a goal being executed aborts
+naming the jump, a ``~/joint_trajectory`` reference ends) and the measured position is held,
+the integral term restarts (the observer, on the states' stamps, restarts by itself).
+
 States that go stale end a goal being executed (the goal's reference is dropped); when they come
 back (perhaps from another pose) the reference left, one from ``~/joint_trajectory``, restarts
 from the first fresh measured state with the points still due, as a new trajectory would
@@ -47,6 +56,7 @@ left, or none feasible from there, the measured position is held.
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -73,7 +83,7 @@ from rb_dynamics.ros.runtime import SpinThread, ThrottledLogger, take_queued
 
 from .drive_check import DriveCheck
 
-__all__ = ["CommandMonitor", "ControlLoop", "FaultListener", "StateRecorder"]
+__all__ = ["CommandMonitor", "ControlLoop", "FaultListener", "LoopTime", "StateRecorder"]
 
 AGE_SLOTS = 4096  # state ages kept per diagnostics period (preallocated: no allocation per state)
 # a clock jump larger than this (ns, a day) moves the origin positions are differenced from
@@ -103,6 +113,73 @@ def stop_effort(stop_command: str, controller: JointController | None) -> np.nda
     return holding_effort(controller)
 
 
+class LoopTime:
+    """The control loop's time base, kept on its thread (readings in ns and s; no ROS).
+
+    ``last_state``: the instant (s) of the last state the controller took, on the loop's time
+    base: its stamp on sim time (the clock there is /clock as this node has read it, which lags
+    the states a busy machine delivers, and a lagging clock that catches up at once would make
+    a state taken late look stale), else the clock; ``taken`` sets it, ``age`` runs from it.
+    ``differencing_time``: the instant a state describes (ns on the node's clock) in seconds
+    after a recent origin, subtracted in integer nanoseconds: positions are differenced over
+    these, and a float of epoch seconds resolves only 0.24 µs.
+
+    ``went_back`` with each clock reading (and each state's time): whether time went back
+    (the module docstring), counted (``jumps``) and described (``last_jump``); the time base
+    then starts from the new time. On sim time a state's stamp may show a jump before the
+    clock does (the clock follows a moment later: the same jump); ages run on the clock alone
+    until it has.
+    """
+
+    def __init__(self) -> None:
+        self.last_state = self.last_state_clock = -math.inf  # (and the clock then)
+        self.jumps, self.last_jump = 0, ""
+        self._clock_ns = -2**63  # the last reading
+        self._follows_ns: int | None = None  # the reading when the stamps jumped first
+        self._origin_ns = -2 * DIFFERENCING_SPAN_NS  # set by the first state
+
+    def taken(self, instant: float, clock: float) -> None:
+        self.last_state, self.last_state_clock = instant, clock
+
+    def age(self, now: float) -> float:
+        return now - (self.last_state if self._follows_ns is None else self.last_state_clock)
+
+    def differencing_time(self, state_ns: int) -> float:
+        """The origin moves only when a clock jumps by more than DIFFERENCING_SPAN_NS, or when
+        time went back."""
+        if abs(state_ns - self._origin_ns) > DIFFERENCING_SPAN_NS:
+            self._origin_ns = state_ns
+        return (state_ns - self._origin_ns) * 1e-9
+
+    def went_back(self, now_ns: int, state_time: float | None, simulated: bool,
+                  max_age: float) -> str:
+        """The clock read ``now_ns``; ``state_time`` (s): the instant of the state being taken
+        (None: no state). "" when time did not go back, else what happened."""
+        last, self._clock_ns = self._clock_ns, now_ns
+        now = now_ns * 1e-9
+        back = 0.0
+        if self._follows_ns is None:
+            back = max(last - now_ns, 0) * 1e-9
+        elif now_ns < self._follows_ns:  # it has followed the stamps back: the same jump
+            self._follows_ns = None
+        if simulated and state_time is not None and self.last_state - state_time > max_age:
+            back = max(back, self.last_state - state_time)
+            if now - state_time > max_age:  # the clock still reads the old time
+                self._follows_ns = now_ns
+        if not back:
+            return ""
+        # the stale check and the next jump's reference run from here, whether or not the
+        # state that showed it is taken
+        self.taken(state_time if simulated and state_time is not None else now, now)
+        self._origin_ns = -2 * DIFFERENCING_SPAN_NS
+        self.jumps += 1
+        self.last_jump = (
+            f"{'sim ' if simulated else ''}time went back by {back:.3f} s (to "
+            f"{self.last_state:.3f} s{', a simulator reset?' if simulated else ''}): the "
+            "reference is dropped and the measured position held; going on from the new time")
+        return self.last_jump
+
+
 class ControlLoop:
     """Answers each joint state with an effort command from ``controller`` (None: nothing)."""
 
@@ -127,8 +204,7 @@ class ControlLoop:
         self._first_state: Callable[[], None] | None = None
         self.stop_command = "gravity"  # gravity, zero or none: the node's stop_command
         self._commanding = False  # a command went out since the last stop command
-        self._last_state = -np.inf  # node clock (s) of the last state the controller took
-        self._time_origin_ns = -2 * DIFFERENCING_SPAN_NS  # set by the first state
+        self.time = LoopTime()  # the last state's instant, time that went back
         self._restart_reference = False  # states went stale: the next one restarts it
         companion = Node(f"{node.get_name()}_control_loop", namespace=node.get_namespace(),
                          context=node.context, use_global_arguments=False,
@@ -192,10 +268,13 @@ class ControlLoop:
         """On the loop thread: no usable state for ``state_timeout`` while commanding → the
         stop command (commanding resumes with the next usable state)."""
         controller = self._controller
-        if not self._commanding or controller is None:
+        if controller is None:
             return
-        age = self.now() - self._last_state
-        if age > controller.max_state_age:
+        now_ns = self.node.get_clock().now().nanoseconds
+        with self.lock:
+            self._see_time(now_ns, None, controller)
+        age = self.time.age(now_ns * 1e-9)
+        if self._commanding and age > controller.max_state_age:
             waiting = next(take_queued(self.state_sub, 1), None)
             if waiting is not None:
                 # states came, and this thread, held up, had not read them: not a stale
@@ -213,8 +292,20 @@ class ControlLoop:
                                f"{controller.max_state_age} s)", controller)
                     # the next fresh state restarts the reference from there (the docstring)
                     controller.hold_position = None
-                    self._restart_reference = True
-                    self._hold_reported = False
+                    self._restart_reference, self._hold_reported = True, False
+
+    def _see_time(self, now_ns: int, state: float | None, controller: JointController) -> None:
+        """Time gone back, seen at a clock reading (ns) or a state's time (s; None: none): the
+        loop goes on from the new time (the module docstring). Under ``lock``."""
+        simulated = self.node.get_clock().ros_time_is_active
+        if why := self.time.went_back(now_ns, state, simulated, controller.max_state_age):
+            self.problem(why, "time went back")
+            self._last_publish = -np.inf
+            controller.state_reader.missing_velocity.estimator.reset()
+            self.fault("time", why, controller)
+            controller.trajectory, controller.hold_position = None, None
+            controller.reset_integral()
+            self._restart_reference = self._hold_reported = False
 
     def _refuse_unstable_gains(self, why: str, controller: JointController) -> None:
         """Gains the loop cannot take at the measured period: no command (the stop command
@@ -257,15 +348,6 @@ class ControlLoop:
         """``callback()`` on the loop thread when a controller takes its first state (a
         trajectory that arrived before it can start then); it must not take ``lock``."""
         self._first_state = callback
-
-    def _differencing_time(self, state_ns: int) -> float:
-        """The instant a state describes (ns on the node's clock) in seconds after the first
-        such instant, subtracted in integer nanoseconds: positions are differenced over these,
-        and a float of epoch seconds resolves only 0.24 µs. The origin moves only when a clock
-        jumps by more than DIFFERENCING_SPAN_NS (the estimate restarts there anyway)."""
-        if abs(state_ns - self._time_origin_ns) > DIFFERENCING_SPAN_NS:
-            self._time_origin_ns = state_ns
-        return (state_ns - self._time_origin_ns) * 1e-9
 
     def now(self) -> float:
         """The node clock's time in seconds (the loop's time base)."""
@@ -319,6 +401,7 @@ class ControlLoop:
         # the instant the state describes: its stamp, or its arrival when it has none
         state_time = stamp if stamp_ns > 0 else now
         simulated = clock.ros_time_is_active
+        self._see_time(now_ns, state_time, controller)
         if stamp - now > controller.max_state_age and not simulated:
             # the reference is sampled at the stamp: a stamp from the future would jump it
             # ahead (to a goal's last point, ending the goal early). On sim time the clock is
@@ -330,7 +413,7 @@ class ControlLoop:
         try:
             # velocities from positions are differenced over the instants the states describe
             if not controller.update_state(msg.name, msg.position, msg.velocity, now,
-                                           self._differencing_time(
+                                           self.time.differencing_time(
                                                stamp_ns if stamp_ns > 0 else now_ns)):
                 return False  # a velocity estimate needs one more state
         except ControllerError as exc:
@@ -350,11 +433,9 @@ class ControlLoop:
             self._refuse_unstable_gains(unstable, controller)
             return False
         self.stats.states += 1
-        # on sim time a state's age runs from its stamp: /clock as this node has read it lags
-        # the states on a busy machine, and a lagging clock that catches up at once would make
-        # a state taken late look stale
-        self._last_state = state_time if simulated else now
-        if not self._publishing or self.suspended or now - self._last_publish < self._min_period:
+        self.time.taken(state_time if simulated else now, now)  # (sim time: its stamp)
+        if not self._publishing or self.suspended \
+                or 0.0 <= now - self._last_publish < self._min_period:
             return False
         if not self.stability.settled and controller.mode in REFERENCE_MODES:
             # the gains are unchecked until the period is measured: the stop command's effort

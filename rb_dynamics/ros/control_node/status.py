@@ -75,6 +75,9 @@ class ControlStatus:
             values.update({"model": model.name, "mode": controller.mode,
                            "lifecycle state": state, "soft limits": soft_limits(controller),
                            **period_values(stats, totals, ages, age)})
+            if self.loop.time.jumps:
+                values["time went back (total)"] = str(self.loop.time.jumps)
+                values["last time jump"] = self.loop.time.last_jump
             level, message = controller_level(stats, age, controller.max_state_age)
             check = self.loop.drive_check
             values["drive check"] = check.verdict

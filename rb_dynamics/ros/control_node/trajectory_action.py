@@ -158,8 +158,8 @@ class TrajectoryAction:
     def _on_command(self, t: float, controller: JointController, out: ControlOutput) -> None:
         """After each command, on the loop thread under its lock: microseconds."""
         wake = False
-        if t >= self._next_state:
-            rate = self.settings["state_publish_rate"]
+        rate = self.settings["state_publish_rate"]
+        if rate <= 0.0 or not 0.0 < self._next_state - t <= 1.0 / rate:  # due, or time went back
             self._next_state = t + 1.0 / rate if rate > 0.0 else -math.inf
             self._states.append((t, controller, controller.trajectory, controller.q,
                                  controller.v, controller.last_reference, out))
@@ -176,7 +176,7 @@ class TrajectoryAction:
     def _on_fault(self, kind: str, why: str, controller: JointController) -> None:
         """The loop cannot follow the reference (on its thread, under its lock): the goal ends.
         Stale states: its reference is dropped (the next fresh state is held where measured);
-        a non-finite effort: the measured position is held."""
+        a non-finite effort or time that went back: the measured position is held."""
         goal = self._goal
         if goal is None:
             return
