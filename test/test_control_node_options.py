@@ -5,6 +5,7 @@ publish-rate limit, and running without control_msgs."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -75,10 +76,20 @@ BEST_EFFORT = {  # the standard override (docs/trajectory_controller.md), the de
 def test_best_effort_joint_states_with_friction_compensation(tmp_path, qos):
     """A driver publishing sensor-data QoS (best effort) is heard with
     qos_overrides./joint_states.subscription.reliability best_effort (or the deprecated
-    joint_states_qos); τ = g(q) + damping·q̇ + friction·tanh(q̇/0.1) with the URDF's
-    <dynamics>."""
+    joint_states_qos); τ = g(q) + damping·q̇ + friction·tanh(q̇/0.1) at the measured velocity,
+    with the URDF's <dynamics> given as identified friction (a dynamics overlay: gravity
+    compensation compensates no friction a URDF alone declares)."""
+    pm = pinocchio_arm(str(DEFAULT_URDF))
+    model = load_model(DEFAULT_URDF)
+    joints = model.actuated_joint_names
+    order = v_indices(pm, joints)
+    overlay = tmp_path / "identified_friction.yaml"
+    overlay.write_text(json.dumps({
+        "format": "rb_dynamics/dynamics_overlay", "version": 1, "joints": {
+            name: {"viscous": float(b), "coulomb": float(c)}
+            for name, b, c in zip(joints, pm.damping[order], pm.friction[order])}}))
     node = control_node(tmp_path, {
-        "urdf_path": str(DEFAULT_URDF), **BEST_EFFORT[qos],
+        "urdf_path": str(DEFAULT_URDF), **BEST_EFFORT[qos], "dynamics_overlay": str(overlay),
         "friction_compensation": True, "state_timeout": 1.0},
         state_qos=qos_profile_sensor_data)
     try:
@@ -87,10 +98,6 @@ def test_best_effort_joint_states_with_friction_compensation(tmp_path, qos):
         assert answer.values[0].string_value == "best_effort"
         deprecated = "joint_states_qos is deprecated" in node.output()
         assert deprecated == (qos == "joint_states_qos"), node.output()
-        model = load_model(DEFAULT_URDF)
-        joints = model.actuated_joint_names
-        pm = pinocchio_arm(str(DEFAULT_URDF))
-        order = v_indices(pm, joints)
         q = np.array([0.2, -0.8, 1.0, -0.3, 0.5, 0.1])
         v = np.array([0.5, -0.05, 0.2, -1.0, 0.01, 2.0])
         tau = node.command_after(joints, q, v)

@@ -100,6 +100,9 @@ __all__ = [
 
 # poses the inertia of impedance's derived gains is taken over (drawn with a fixed seed)
 WORKSPACE_SAMPLES = 1000
+# at most this many mass-matrix entries over those poses (32 MB): a model of many joints gets
+# fewer poses (a 600-joint chain 11), not gigabytes and minutes at every load
+WORKSPACE_ENTRIES = 4_000_000
 # the shortest period between joint states a driver plausibly has (s): 10 kHz, above the
 # 1–8 kHz of arm drivers and their fieldbuses; gains unstable here are unstable at any rate
 MIN_STATE_PERIOD = 1e-4
@@ -190,7 +193,10 @@ def workspace_inertia(dynamics: Any, model: Any, samples: int = WORKSPACE_SAMPLE
     ``effective_inertia``) that ``dynamics`` gives at the reference configuration (q = 0, each
     coordinate at the middle of its limits where 0 is outside them) and at ``samples`` poses
     drawn uniformly within the position limits (±π where a joint has none), with a fixed seed:
-    the same every time. For a model with 1-DoF joints (q and q̇ alike)."""
+    the same every time; fewer poses where ``samples`` mass matrices would hold more than
+    ``WORKSPACE_ENTRIES`` entries (at least 8). For a model with 1-DoF joints (q and q̇
+    alike)."""
+    samples = min(samples, max(8, WORKSPACE_ENTRIES // max(model.nv, 1) ** 2))
     low = np.where(np.isfinite(model.position_lower), model.position_lower, -math.pi)
     high = np.where(np.isfinite(model.position_upper), model.position_upper, math.pi)
     reference = reference_configuration(model)
