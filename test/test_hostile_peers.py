@@ -190,8 +190,8 @@ def test_a_goal_with_implausibly_large_values_is_rejected_with_the_reason(tmp_pa
     """A point whose efforts or positions are 1e308 (finite) was accepted: its spline or the
     sum of the efforts overflowed, every command was withheld as "not finite" and the goal
     never ended (no result after 10 s). Such a point is rejected in the goal callback, naming
-    the field, and the node goes on commanding; a value of 1e6 rad (a continuous joint turned
-    many times) is still taken."""
+    the field, and the node goes on commanding; a feed-forward beyond the effort limit (1e6
+    N·m) is rejected naming it too, and one within the limits is taken."""
     from control_msgs.action import FollowJointTrajectory
     from trajectory_msgs.msg import JointTrajectoryPoint
 
@@ -221,6 +221,11 @@ def test_a_goal_with_implausibly_large_values_is_rejected_with_the_reason(tmp_pa
                                      effort=[1e6] * 6)
         point.time_from_start.nanosec = 200_000_000
         goal.trajectory.points = [point]
+        outcome, text, _ = _goal_outcome(node, goal, timeout=10.0)
+        assert outcome == "rejected", (outcome, text)
+        assert node.wait_for_log("feed-forward effort", 5.0), node.output()
+        half_limits = 0.5 * load_model(DEFAULT_URDF).effort_limit
+        point.effort = [float(x) for x in half_limits]
         outcome, text, _ = _goal_outcome(node, goal, timeout=10.0)
         assert outcome == "0", (outcome, text)  # SUCCESSFUL, the efforts clamped on the way
         stream.stop()

@@ -181,7 +181,7 @@ def test_a_new_trajectory_starts_from_the_measured_or_the_desired_state(single, 
     """Impedance holding Q0 while the arm is measured at Q0 + δ; a slow goal starts: from the
     measured state (default) the spring is slack at once, from the desired state
     (``interpolate_from_desired_state``) it still pulls by −K δ."""
-    k = inertia_scaled(2.0)[0]  # the defaults
+    k = workspace_scaled(2.0)[0]  # the defaults
     rig = single(mode="impedance", friction_compensation=False, soft_limits=False,
                  interpolate_from_desired_state=interpolate)
     rig.command(Q0)
