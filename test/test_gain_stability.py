@@ -279,9 +279,9 @@ POSE = np.array([2.56, 1.59, -0.03, 2.16, -3.12, 1.04])  # the shoulder pan at 1
 def test_impedance_defaults_are_stable_at_every_pose():
     """Impedance with every parameter at its default (K, D derived at impedance.frequency on
     each joint's inertia) against the existing check at 2000 random poses of the bundled arm at
-    1 ms and 2 ms. Derived at q = 0 (the code this was written against) they were unstable at
-    17 and 67 of them, and at POSE; derived on the smallest inertia over the workspace, at
-    none."""
+    1 ms and 2 ms: derived on the smallest inertia over the workspace, they are stable at
+    every one (gains derived on the inertia at q = 0 are unstable at 17 and 67 of them, and at
+    POSE)."""
     from rb_dynamics import DEFAULT_URDF
     from rb_dynamics.control import JointController
     from rb_dynamics.model import load_model

@@ -53,9 +53,8 @@ def pin_gravity(urdf: Path, q: np.ndarray) -> np.ndarray:
 
 def inertia_scaled(frequency: float, ratio: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """(K, D) of a loop at ``frequency`` (Hz) with damping ratio ``ratio`` on each joint's
-    effective inertia 1 / (M⁻¹)_jj at q = 0 (Pinocchio's M): at (2 Hz, 1) the node's
-    impedance defaults. One K for every joint is unstable on this arm's 10⁻⁴ kg·m² wrist at
-    any driver's rate."""
+    effective inertia 1 / (M⁻¹)_jj at q = 0 (Pinocchio's M). One K for every joint is unstable
+    on this arm's 10⁻⁴ kg·m² wrist at any driver's rate."""
     model = pin.buildModelFromUrdf(str(DEFAULT_URDF))
     mass = pin.crba(model, model.createData(), np.zeros(model.nq))
     m = 1.0 / np.diag(np.linalg.inv(mass))
@@ -429,9 +428,14 @@ def said(node: Session) -> dict[str, str]:
 def test_the_integral_term_is_bounded_by_i_clamp(single):
     """Impedance (its defaults) with ki > 0: a constant error of 0.1 rad integrates until the
     term reaches −i_clamp, per joint; a bad i_clamp is refused by name. ki a tenth of the
-    continuous-time bound K D / m on each joint's inertia, i_clamp reached within 0.05 s."""
-    stiffness, damping = inertia_scaled(2.0)
-    ki = 0.1 * stiffness * damping / (stiffness / (2.0 * np.pi * 2.0) ** 2)
+    continuous-time bound K D / m on each joint's inertia (the larger of the two it is checked
+    on: at q = 0 before a state, at Q0 after), i_clamp reached within 0.05 s."""
+    stiffness, damping = workspace_scaled(2.0)  # the defaults
+    model = pin.buildModelFromUrdf(str(DEFAULT_URDF))
+    data = model.createData()
+    inertia = np.max([1.0 / np.diag(np.linalg.inv(pin.crba(model, data, q)))
+                      for q in (np.zeros(model.nq), Q0)], axis=0)
+    ki = 0.1 * stiffness * damping / inertia
     i_clamp = ki * 0.1 * 0.05
     rig = single(mode="impedance", ki=ki.tolist(), i_clamp=i_clamp.tolist(),
                  friction_compensation=False, soft_limits=False)

@@ -168,9 +168,11 @@ def _spin(node, stop: threading.Event) -> None:
 
 
 def send(args, say: Progress) -> int:
-    """Send the goal in ``args.goal`` to ``args.action`` and wait for its result: at most the
-    goal's duration + ``args.timeout`` after it was accepted (a server that dies mid-goal never
-    answers); SIGINT/SIGTERM cancel the goal and end the command (exit 4)."""
+    """Send the goal in ``args.goal`` to ``args.action`` and wait for its result while the
+    server answers: a server silent (no feedback, no result) for ``args.timeout`` s is taken
+    for dead, the goal cancelled (one that dies mid-goal never answers; the goal's duration is
+    the server's time, simulated time on a lock-step simulator, which may run far slower than
+    the wall clock); SIGINT/SIGTERM cancel the goal and end the command (exit 4)."""
     from rb_dynamics.model import plain_yaml, read_text_file
 
     # excitation.yaml is a goal (five levels of nesting); ValueError/OSError reach main. Its
@@ -208,7 +210,9 @@ def send(args, say: Progress) -> int:
             return EXIT_INPUT
         say(f"sending {len(goal.trajectory.points)} points ({duration:.1f} s) to "
             f"{args.action}")
-        future = client.send_goal_async(goal)
+        heard = [time.monotonic()]  # when the server last said something of the goal
+        future = client.send_goal_async(
+            goal, feedback_callback=lambda _feedback: heard.__setitem__(0, time.monotonic()))
         if not _spin_until(node, future, time.monotonic() + args.timeout, stop):
             print(f"rb_dynamics_identify send: {args.action} did not answer the goal in "
                   f"{args.timeout:g} s" + (" (interrupted)" if stop.is_set() else ""))
@@ -218,15 +222,18 @@ def send(args, say: Progress) -> int:
             print(f"rb_dynamics_identify send: the goal was rejected by {args.action}")
             return EXIT_ROS
         result_future = handle.get_result_async()
-        if not _spin_until(node, result_future, time.monotonic() + duration + args.timeout,
-                           stop):
+        heard[0] = time.monotonic()
+        while not _spin_until(node, result_future, heard[0] + args.timeout, stop):
+            if stop.is_set() or time.monotonic() > heard[0] + args.timeout:
+                break
+        if not result_future.done():
             _cancel(node, handle)
             if stop.is_set():
                 print("rb_dynamics_identify send: interrupted; the goal was cancelled")
             else:
-                print(f"rb_dynamics_identify send: no result from {args.action} "
-                      f"{args.timeout:g} s (--timeout) after the goal's {duration:.1f} s: "
-                      "the server stopped answering")
+                print(f"rb_dynamics_identify send: neither feedback nor a result from "
+                      f"{args.action} for {args.timeout:g} s (--timeout) during the goal of "
+                      f"{duration:.1f} s: the server stopped answering; the goal was cancelled")
             return EXIT_ROS
         result = result_future.result().result
         print(f"result: error_code {result.error_code} {result.error_string!r}")
