@@ -183,16 +183,20 @@ def _set(arm, **values):
 
 
 def test_gains_past_the_stability_bound_are_refused_mid_motion_naming_it(arm):
-    """kp 1e9 or kd 1e9 while a goal runs (the code this was written against took them: the
-    arm reached 170–190× its velocity limit) are refused with the bound at the measured state
-    period (1 ms in lock-step on simulated time, however slow the machine); the goal goes on
-    and succeeds. Gains inside the bound are taken."""
+    """Gains past the bound while a goal runs (taken, kp 1e9 drove the arm to 170–190× its
+    velocity limit) are refused: kp 1e5, stable at 10 kHz, with the bound at the measured state
+    period (1 ms in lock-step on simulated time, however slow the machine); kp or kd 1e9,
+    unstable at every rate, as such; the goal goes on and succeeds. Gains inside the bound are
+    taken."""
     q = arm.q()
     handle = arm.send(arm.goal(q + 0.2, duration=2.0))
     arm.wait_sim(0.3)
     result = _set(arm, kp=[1e9])
+    assert not result.successful and result.reason.endswith("unstable at every state rate"), \
+        result.reason
+    result = _set(arm, kp=[1e5])
     assert not result.successful
-    found = re.fullmatch(r"kp 1e\+09 with kd 40 on shoulder_pan_joint makes the sampled loop "
+    found = re.fullmatch(r"kp 100000 with kd 40 on shoulder_pan_joint makes the sampled loop "
                          r"unstable: kp < ([\d.]+) at the state period ([\d.]+) ms",
                          result.reason)
     assert found, result.reason
