@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,8 +15,7 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import SetBool, Trigger
 
-from rb_dynamics import DEFAULT_URDF
-from rb_dynamics.dynamics import LinkWrench, make_dynamics
+from rb_dynamics.dynamics import make_dynamics
 from rb_dynamics.dynamics import reference as D
 from rb_dynamics.model import load_model
 from rb_dynamics.simulation import Simulator
@@ -209,70 +206,3 @@ def test_lock_step_sends_an_unanswered_state_again_and_steps_on_the_next_command
         assert abs(elapsed - 0.001) < 1e-9, elapsed
     finally:
         sim.close()
-
-
-WRENCH_LINKS = ["shoulder_link", "upper_arm_link", "forearm_link", "wrist_3_link"]
-
-
-def test_a_wrench_flood_keeps_the_joint_states_pace_and_the_newest_wrench_acts(tmp_path):
-    """A peer process publishing ~/external_wrench as fast as it can over four links of the
-    bundled arm (tens of kHz), in bursts of 0.25 s every 0.5 s for 6 s: the free-running
-    simulator's joint_states, counted by their own stamps, keep during the bursts at least half
-    of their rate between the bursts (the same machine load in both; the bound leaves room for
-    a machine whose every core is busy); after the flood the wrench that acts is the last one
-    sent (its link and force), seen on ~/true_external_efforts as Jᵀ(q) F at the published q."""
-    rate = 1000.0
-    model = load_model(DEFAULT_URDF)
-    session = simulator(tmp_path, {"urdf_path": str(DEFAULT_URDF), "publish_rate": rate,
-                                   "time_step": 0.001})
-    states = session.received(JointState, "joint_states", 1000)
-    truth = session.received(JointState, "~/true_external_efforts", 1000)
-    flood = None
-    try:
-        # the generated kernels are in (compiled for this session: slow on a busy machine)
-        assert session.wait_for(lambda: "dynamics for the steps" in session.output(), 240), \
-            session.output()
-        flood = subprocess.Popen(
-            [sys.executable, str(Path(__file__).with_name("command_flood.py")),
-             "/" + session.topic("~/external_wrench"), "6.0", "--wrenches",
-             ",".join(WRENCH_LINKS)],
-            # a session of its own, as a peer on the robot's network is: with autogroup
-            # scheduling its busy loop then takes CPU from every session, not half of this one's
-            # (the simulator's)
-            stdout=subprocess.PIPE, text=True, start_new_session=True)
-        assert flood.stdout.readline().strip() == "flooding"
-        session.wait_for(lambda: flood.poll() is not None, 60)
-        sent, bursts, last = flood.stdout.read().strip().splitlines()
-        edges = [float(t) for t in bursts.split()[1:]]
-        _, link, force = last.split()
-        # the states published during the flood, and the true efforts after it, are in
-        session.wait_for(lambda: states and _stamp(states[-1][1]) > edges[-1] + 0.5, 10.0)
-        session.peer.spin_for(0.3)
-    finally:
-        if flood is not None and flood.poll() is None:
-            flood.kill()
-        session.close()
-    stamps = [_stamp(m) for _, m in states]
-
-    def per_second(windows: list[tuple[float, float]]) -> float:
-        return sum(a <= t < b for t in stamps for a, b in windows) / sum(b - a for a, b in windows)
-
-    flooded = list(zip(edges[0::2], edges[1::2]))
-    between = list(zip(edges[1::2], edges[2::2]))
-    quiet, during = per_second(between), per_second(flooded)
-    print(f"\nsimulator under a ~/external_wrench flood ({sent}): joint_states {quiet:.0f}/s "
-          f"between the bursts, {during:.0f}/s during them ({during / quiet:.0%})")
-    assert during >= 0.5 * quiet, (quiet, during)
-    # the newest wrench acts: Jᵀ(q) F of the last message at the state published with it
-    wrench = np.array([float(force), 0.0, 0.0, 0.0, 0.0, 0.01])
-    jacobian = LinkWrench(model, link)
-    by_stamp = {_stamp(m): m for _, m in states}
-    _, newest = truth[-1]
-    state = by_stamp[_stamp(newest)]
-    q = np.array(state.position)  # the bundled arm: joint_states in the model's order
-    np.testing.assert_allclose(newest.effort, jacobian.effort(q, wrench), rtol=1e-9,
-                               atol=1e-12)
-
-
-def _stamp(msg) -> float:
-    return msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9

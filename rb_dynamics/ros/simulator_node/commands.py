@@ -40,7 +40,7 @@ from rb_dynamics.model import (
 from rb_dynamics.ros.runtime import ThrottledLogger, take_queued
 from rb_dynamics.simulation import ServoSimulator
 
-__all__ = ["JOINT_COMMANDS_DEPTH", "POLL_LIMIT", "CommandInputs", "inbox_node", "unread"]
+__all__ = ["JOINT_COMMANDS_DEPTH", "POLL_LIMIT", "CommandInputs"]
 
 POLL_LIMIT = 10  # messages taken per tick or per callback, at most
 JOINT_COMMANDS_DEPTH = 10  # by-name commands may name different joints: none is collapsed
@@ -58,10 +58,12 @@ class CommandInputs:
         self.effort_joint = layout.allowed[EFFORT, columns]
         self.inbox: Node | None = None
         if on_command is None:
-            self.inbox = inbox_node(node, "commands")
+            self.inbox = Node(f"{node.get_name()}_commands", namespace=node.get_namespace(),
+                              context=node.context, use_global_arguments=False,
+                              start_parameter_services=False, enable_rosout=False)
             host, names = self.inbox, [node.resolve_topic_name(t) for t in
                                        ("~/commands", "~/joint_commands")]
-            callbacks = (unread, unread)  # taken at the ticks, never by an executor
+            callbacks = (_unused, _unused)  # taken at the ticks, never by an executor
         else:
             host, names = node, ["~/commands", "~/joint_commands"]
             callbacks = (self._on_effort_array, self._on_joint_state)
@@ -145,14 +147,5 @@ class CommandInputs:
             self.warn(f"{topic}: command clamped to the limits on {names}", f"{topic} clamp")
 
 
-def inbox_node(node: Node, purpose: str) -> Node:
-    """A companion of ``node`` that no executor spins: its subscriptions (on topic names
-    resolved by ``node``) are read with ``take_queued`` at the ticks, so a message costs a take,
-    never an executor pass."""
-    return Node(f"{node.get_name()}_{purpose}", namespace=node.get_namespace(),
-                context=node.context, use_global_arguments=False,
-                start_parameter_services=False, enable_rosout=False)
-
-
-def unread(_msg) -> None:
-    """The callback of an inbox's subscription, which no executor calls (rclpy wants one)."""
+def _unused(_msg) -> None:
+    """The callback of a subscription no executor waits on (rclpy wants one)."""

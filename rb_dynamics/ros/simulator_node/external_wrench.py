@@ -8,19 +8,12 @@
                              while a wrench acts, and once more, zeros, when it ends)
 
 A wrench acts from the next step on, as the joint efforts Jᵀ(q) F at every step
-(``simulation.Simulator.set_external_wrench``: one push at a time; a message on another link
-moves it there), until the next message or, with
+(``simulation.Simulator.set_external_wrench``), until the next message or, with
 ``external_wrench_timeout`` > 0, that many simulated seconds after its message (a hand that lets
 go when its messages stop); a zero wrench, or an empty frame_id, removes it. A message naming an
 unknown link, a link welded to the world or a value that is not finite is refused with a warning
 and changes nothing. The efforts the simulator reports on joint_states stay the drives' own: a
 torque sensor does not measure the push.
-
-When wrenches are taken. As the commands (commands.py), at the node's ticks (and before each
-lock-step step), from a subscription on a companion node that no executor waits on, newest
-first: the newest message that can act acts, the older ones queued behind it are superseded
-unread. A flood of wrenches (tens of kHz) then costs a few takes per tick, not an executor
-pass per message, and the joint states keep their pace.
 """
 
 from __future__ import annotations
@@ -33,14 +26,10 @@ from rclpy.node import Node
 from sensor_msgs.msg import JointState
 
 from rb_dynamics.ros.conversions import JointLayout
-from rb_dynamics.ros.runtime import ThrottledLogger, take_queued
+from rb_dynamics.ros.runtime import ThrottledLogger
 from rb_dynamics.simulation import Simulator
 
-from .commands import inbox_node, unread
-
-__all__ = ["WRENCH_DEPTH", "ExternalWrench"]
-
-WRENCH_DEPTH = 10  # wrenches queued between two ticks, and taken at one, at most
+__all__ = ["ExternalWrench"]
 
 
 class ExternalWrench:
@@ -54,39 +43,21 @@ class ExternalWrench:
         self._ending = False  # one more zero message is due
         self.truth = JointState(name=list(joints))  # reused
         self.truth_pub = node.create_publisher(JointState, "~/true_external_efforts", 100)
-        self.inbox: Node | None = inbox_node(node, "wrench")
-        self.subscription = self.inbox.create_subscription(
-            WrenchStamped, node.resolve_topic_name("~/external_wrench"), unread, WRENCH_DEPTH)
+        node.create_subscription(WrenchStamped, "~/external_wrench", self._on_wrench, 10)
 
-    def close(self) -> None:
-        if self.inbox is not None:
-            self.inbox.destroy_node()
-            self.inbox = None
-
-    def take(self) -> None:
-        """At a tick: the newest queued wrench that can act acts from the next step on (a
-        refused one is warned about and the next older one tried)."""
-        if self.inbox is None:
-            return
-        for msg in reversed(list(take_queued(self.subscription, WRENCH_DEPTH))):
-            if self._apply(msg):
-                return
-
-    def _apply(self, msg: WrenchStamped) -> bool:
-        """One message; False when it is refused (nothing changes then)."""
+    def _on_wrench(self, msg: WrenchStamped) -> None:
         f, t = msg.wrench.force, msg.wrench.torque
         wrench = np.array([f.x, f.y, f.z, t.x, t.y, t.z])
         link = msg.header.frame_id
         if not link or not wrench.any():
             self.remove()
-            return True
+            return
         try:
             self.sim.set_external_wrench(link, wrench)
         except ValueError as exc:
             self.warn(f"~/external_wrench refused: {exc}", f"external wrench {link}")
-            return False
+            return
         self.since = self.sim.time
-        return True
 
     def remove(self) -> None:
         """No wrench from the next step on (one zero ~/true_external_efforts follows)."""

@@ -145,8 +145,6 @@ class SimulatorNode(Node):
     def destroy_node(self):
         if hasattr(self, "inputs"):
             self.inputs.close()
-        if hasattr(self, "external"):
-            self.external.close()
         return super().destroy_node()
 
     # ------------------------------------------------------------------ set-up
@@ -229,7 +227,6 @@ class SimulatorNode(Node):
     def _step_on_command(self) -> None:
         """Lock-step: a command is one step, answered with the state it leads to."""
         if not self.paused:
-            self.external.take()
             self._advance(self.sim.dt)
             self.last_lockstep = self.last_lockstep_publish = time.monotonic()
             self._publish()
@@ -285,7 +282,6 @@ class SimulatorNode(Node):
 
     def _tick(self) -> None:
         self.inputs.take()  # free-running: what arrived since the last tick
-        self.external.take()
         now = time.monotonic()
         elapsed, self.wall_last = now - self.wall_last, now
         if self.lockstep:
@@ -308,7 +304,6 @@ class SimulatorNode(Node):
         """use_sim_time: simulate up to the clock's instant, then publish (at publish_rate)."""
         now = to_seconds(msg.clock)
         self.inputs.take()
-        self.external.take()
         if self.last_clock is not None and not (0.0 <= now - self.last_clock <= 1.0):
             self.warn(f"/clock jumped by {now - self.last_clock:+.3f} s: following it without "
                        "simulating the gap", "clock jump")
