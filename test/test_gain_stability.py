@@ -273,6 +273,52 @@ def test_the_law_commands_only_after_its_gains_were_checked_at_the_measured_peri
         node.close()
 
 
+def test_the_period_is_the_drivers_when_the_clock_comes_in_bursts(tmp_path):
+    """On sim time, states stamped every 1 ms while /clock reaches the node every 6 ms (a busy
+    simulator, or a node whose clock messages queue): kd 200 is stable at the driver's 1 ms
+    (kd T 0.2), not at 6 ms. The code this was written against measured the period on its
+    clock, so 6 ms, and stopped commanding, refusing the identification's own goal in a busy
+    CI run. The period is the one between the states' stamps: the law commands."""
+    from ros_harness import control_node, fresh_name
+    from rosgraph_msgs.msg import Clock
+
+    from rb_dynamics import DEFAULT_URDF
+    from rb_dynamics.model import load_model
+
+    joints = load_model(DEFAULT_URDF).actuated_joint_names
+    q = np.array([0.3, -1.0, 1.2, -0.6, 0.4, 0.2])
+    node = control_node(tmp_path, {"urdf_path": str(DEFAULT_URDF), "mode": "computed_torque",
+                                   "kp": [10000.0], "kd": [200.0], "state_timeout": 0.5,
+                                   "use_sim_time": True},
+                        name=fresh_name("rb_dynamics_bursts"), state_qos=100)
+    try:
+        commands = node.commands
+        clock = node.publisher(Clock, "/clock")
+        tick = Clock()
+        step_ns, start_ns = 1_000_000, 100 * 1_000_000_000
+        k = 0
+
+        def run(states: int) -> None:
+            nonlocal k
+            for _ in range(states):
+                stamp_ns = start_ns + k * step_ns
+                if k % 6 == 0:
+                    tick.clock.sec, tick.clock.nanosec = divmod(stamp_ns, 1_000_000_000)
+                    clock.publish(tick)
+                node.send_state(joints, q, stamp_ns=stamp_ns)
+                node.peer.executor.spin_once(timeout_sec=0.001)
+                k += 1
+
+        assert node.wait_for(lambda: (run(60), len(commands) > 20)[1], 60.0), node.output()
+        run(600)
+        node.settle(commands)
+        assert "unstable" not in node.output(), node.output()
+        sent = np.array([c[1].data for c in commands])
+        assert len(sent) > 300, (len(sent), node.output())
+    finally:
+        node.close()
+
+
 POSE = np.array([2.56, 1.59, -0.03, 2.16, -3.12, 1.04])  # the shoulder pan at 1/51 of its q = 0
 
 

@@ -273,3 +273,24 @@ def test_the_simulator_node_reports_as_a_real_arms_driver(tmp_path):
             (seen - t0)
     finally:
         sim.close()
+
+
+def test_the_first_delayed_readings_are_stamped_at_the_start_never_before_the_epoch(tmp_path):
+    """The simulator's own /clock starts at 0; a reading delayed by 2 ms (and jittered) taken in
+    its first steps describes the initial state from before the start. The code this was written
+    against stamped it −1 s + 0.998 s, which a control node refuses as a negative stamp; it is
+    stamped at the start, and from there on the stamps are the instants described."""
+    sim = simulator(tmp_path, {
+        "publish_clock": True, "publish_rate": 1000.0, "time_step": DT,
+        "measurement_delay": 0.002, "publish_jitter": 2e-4, "start_paused": True})
+    try:
+        states = sim.received(JointState, "joint_states", 1000)
+        assert sim.wait_for(lambda: sim.call(SetBool, "~/pause",
+                                             SetBool.Request(data=False)).success, 30)
+        assert sim.wait_for(lambda: len(states) > 50, 30), sim.output()
+        stamps = np.array([s.header.stamp.sec + s.header.stamp.nanosec * 1e-9
+                           for _, s in states])
+        assert stamps.min() >= 0.0, stamps[:10]
+        assert np.all(np.diff(stamps) >= 0), stamps[:10]
+    finally:
+        sim.close()

@@ -311,7 +311,8 @@ class StabilityGuard:
     states come at, checked when asked (``recheck``: new gains, mode or controller) and when
     the measured period drifts by ``DRIFT`` from the one last checked.
 
-    ``observe(controller, t)`` per state (``t`` in s) keeps the gaps between states (those
+    ``observe(controller, t)`` per state (``t``: the instant it describes, s) keeps the gaps
+    between states (those
     longer than the controller's ``max_state_age`` are not counted: the loop was stopped) and
     takes the period as the median of the last ``WINDOW`` of them, every ``EVERY`` states: a
     driver's rate, not bent by a pause (or by states sent by hand); then the check when due.

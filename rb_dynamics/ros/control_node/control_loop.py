@@ -428,7 +428,9 @@ class ControlLoop:
             if restart_trajectory(controller, state_time):
                 self.node.get_logger().info("joint states back: the reference restarts from "
                                             "the measured state")
-        unstable = self.stability.observe(controller, now)
+        # the period between the instants the states describe: the driver's, which a busy
+        # node's clock (on sim time, /clock as read between states) does not show
+        unstable = self.stability.observe(controller, state_time)
         if unstable is not None:
             self._refuse_unstable_gains(unstable, controller)
             return False

@@ -375,7 +375,10 @@ class SimulatorNode(Node):
             reading = self.sensors.read(self.history, now, self.rng)
         else:
             reading = self.sensors.read_current(now, q, v, effort, self.rng)
-        instant = reading.describes if self.stamp_described else reading.sampled
+        # a delayed or jittered reading of the first steps describes the initial state from
+        # before the simulation began: stamped at its start, never before the epoch
+        instant = max(reading.describes if self.stamp_described else reading.sampled,
+                      -self.clock_offset)
         msg = JointState()
         if self.clock_pub is not None or self.external_clock:
             msg.header.stamp = self._sim_time(instant)
