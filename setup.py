@@ -27,8 +27,8 @@ class BuildExt(build_ext):
 # Optional: without a compiler or numpy at build time the package installs and runs the Python
 # kernels.
 ckernels = Extension(
-    f"{package_name}.dynamics._ckernels",
-    sources=[f"{package_name}/dynamics/_ckernels.c"],
+    f"{package_name}.dynamics.trampoline._ckernels",
+    sources=[f"{package_name}/dynamics/trampoline/_ckernels.c"],
     optional=True,
 )
 

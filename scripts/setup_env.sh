@@ -158,8 +158,8 @@ else
 fi
 
 # ---------------------------------------------------------------- 5. rb_dynamics itself
-PKG_HASH=$( { echo "$REQ_HASH $ROOT"; cat setup.py setup.cfg package.xml rb_dynamics/dynamics/*.c; } |
-  sha256sum | cut -c1-16)
+PKG_HASH=$( { echo "$REQ_HASH $ROOT"; cat setup.py setup.cfg package.xml \
+  rb_dynamics/dynamics/trampoline/*.c; } | sha256sum | cut -c1-16)
 if stamp_ok package "$PKG_HASH"; then
   step "rb_dynamics: up to date (editable install of $ROOT)"
 else

@@ -46,7 +46,7 @@ N_STATES = 12
 WORST = WorstErrors()
 ROBOTS = [p for p in oracle_models() if p.id in REAL_ROBOTS]
 needs_c = pytest.mark.skipif(kernel_cache._ckernels is None,
-                             reason="needs the built rb_dynamics.dynamics._ckernels extension")
+                             reason="needs the built extension dynamics.trampoline._ckernels")
 
 
 @pytest.fixture(scope="module", autouse=True)

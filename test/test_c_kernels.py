@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 COMPILER = shutil.which(os.environ.get("CC", "cc").split()[0]) or shutil.which("gcc")
 pytestmark = pytest.mark.skipif(
     kernel_cache._ckernels is None or COMPILER is None,
-    reason="needs the built rb_dynamics.dynamics._ckernels extension and a C compiler")
+    reason="needs the built extension dynamics.trampoline._ckernels and a C compiler")
 
 TOL_PYTHON, TOL_PIN = 1e-12, 1e-9
 N_STATES = 40
@@ -274,7 +274,8 @@ handler.emit = lambda record: records.append(f"{record.levelname} {record.getMes
 logging.getLogger("rb_dynamics.dynamics.kernel_cache").addHandler(handler)
 logging.getLogger("rb_dynamics.dynamics.kernel_cache").setLevel(logging.DEBUG)
 if "no-trampoline" in sys.argv:
-    sys.modules["rb_dynamics.dynamics._ckernels"] = None  # as if the extension was never built
+    # as if the extension was never built
+    sys.modules["rb_dynamics.dynamics.trampoline._ckernels"] = None
 import numpy as np
 from rb_dynamics.dynamics import KernelBuildError, make_dynamics
 from rb_dynamics.model import load_model

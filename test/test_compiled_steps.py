@@ -36,7 +36,7 @@ from rb_dynamics.simulation import INTEGRATORS, Simulator, compiled_steps, step
 from rb_dynamics_interfaces.srv import Simulate
 
 pytestmark = pytest.mark.skipif(kernel_cache._ckernels is None,
-                                reason="needs the built rb_dynamics.dynamics._ckernels extension")
+                                reason="needs the built extension dynamics.trampoline._ckernels")
 
 ROOT = Path(__file__).resolve().parents[1]
 TOL = 1e-12

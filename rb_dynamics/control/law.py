@@ -21,7 +21,7 @@ or m/s, N·m or N).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
@@ -30,12 +30,10 @@ from rb_dynamics.model import Model, check_choice
 
 from .drive import DriveConventions
 
-if TYPE_CHECKING:
-    from .cartesian import CartesianImpedance
-
 __all__ = [
     "CONTROL_MODES",
     "REFERENCE_MODES",
+    "CartesianLaw",
     "ControlLaw",
     "ControllerError",
     "check_gains",
@@ -84,6 +82,25 @@ class ControllerError(ValueError):
     """Input the controller refuses; the message says what is wrong and nothing changed."""
 
 
+class CartesianLaw(Protocol):
+    """What ``ControlLaw`` calls of its Cartesian law, ``cartesian.CartesianImpedance`` (which
+    imports this module's checks: this module names the calls, not the class). ``dynamics``,
+    ``payload`` and ``friction_compensation`` are set before each evaluation; ``target`` is the
+    pose held (4×4, base; None before the first hold); ``hold(q)`` holds the link's pose at
+    ``q``; ``effort(q, v, dt)`` returns τ over v first, the target moved ``dt`` s toward its
+    goal."""
+
+    dynamics: Dynamics
+    payload: PayloadEffort | None
+    friction_compensation: bool
+    target: np.ndarray | None
+
+    def hold(self, q: np.ndarray) -> None: ...
+
+    def effort(self, q: np.ndarray, v: np.ndarray, dt: float = 0.0
+               ) -> tuple[np.ndarray, object]: ...
+
+
 @dataclass
 class ControlLaw:
     """The control law: τ from a state (q, q̇) and a reference (q_d, q̇_d, q̈_d), model order.
@@ -119,12 +136,13 @@ class ControlLaw:
     inverse dynamics at the commanded acceleration in computed torque. A new payload is a new
     object assigned whole, so the law never sees half of one.
 
-    ``cartesian`` (a ``CartesianImpedance``; None: the mode is refused) is the law of
-    ``cartesian_impedance``, evaluated with this law's dynamics, payload and friction switch
-    (at the measured velocity with both stiffnesses 0, hand guiding, as in gravity
-    compensation; else at the target's velocity, 0). Each new hold position
-    ``q_d`` (a new object: activation, a mode switch, a collision's hold) makes it hold the
-    link where it is, as the joint modes hold the measured position.
+    ``cartesian`` (a ``CartesianImpedance``, typed by what this class calls of it,
+    ``CartesianLaw``; None: the mode is refused) is the law of ``cartesian_impedance``,
+    evaluated with this law's dynamics, payload and friction switch (at the measured velocity
+    with both stiffnesses 0, hand guiding, as in gravity compensation; else at the target's
+    velocity, 0). Each new hold position ``q_d`` (a new object: activation, a mode switch, a
+    collision's hold) makes it hold the link where it is, as the joint modes hold the measured
+    position.
     """
 
     dynamics: Dynamics
@@ -135,7 +153,7 @@ class ControlLaw:
     payload: PayloadEffort | None = None
     stiffness: np.ndarray | None = None
     damping: np.ndarray | None = None
-    cartesian: CartesianImpedance | None = None
+    cartesian: CartesianLaw | None = None
     drive: DriveConventions = DriveConventions()
 
     def __post_init__(self) -> None:

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Per-model C kernels: compiled by the system C compiler, cached on disk, called through
-the fixed trampoline ``rb_dynamics.dynamics._ckernels``.
+the fixed trampoline ``rb_dynamics.dynamics.trampoline._ckernels``.
 
 ``load_or_build(model, ir)`` is the one entry: it loads the model's library from the cache, or
 compiles it first (blocking; the compiler runs in subprocesses, so a caller in a background
@@ -53,10 +53,11 @@ from .codegen_c import ABI, emit_c
 from .codegen_ir import KernelIR, nonfinite_message
 
 try:
-    from . import _ckernels
+    from .trampoline import _ckernels
 except ImportError as exc:  # built by setup.py (optional extension)
     _ckernels = None
-    _NO_TRAMPOLINE = f"the extension rb_dynamics.dynamics._ckernels is not built ({exc})"
+    _NO_TRAMPOLINE = (f"the extension rb_dynamics.dynamics.trampoline._ckernels is not built "
+                      f"({exc})")
 
 __all__ = ["CompiledKernels", "KernelBuildError", "cache_dir"]
 
@@ -142,9 +143,9 @@ def _plan(model: Model, ir: dict[str, KernelIR]) -> _Plan:
     if _ckernels is None:
         raise _Failed(_NO_TRAMPOLINE)
     if _ckernels.ABI != ABI:  # an extension built from an older _ckernels.c
-        raise _Failed(f"rb_dynamics.dynamics._ckernels has ABI {_ckernels.ABI}, expected "
-                      f"{ABI}: rebuild it (pip install -e . or python setup.py build_ext "
-                      "--inplace)")
+        raise _Failed(f"rb_dynamics.dynamics.trampoline._ckernels has ABI {_ckernels.ABI}, "
+                      f"expected {ABI}: rebuild it (pip install -e . or python setup.py "
+                      "build_ext --inplace)")
     compiler = _find_compiler()
     units = {name: emit_c(ir[name]) for name in KERNELS}
     flags = {name: _opt_flags(ir[name]) for name in KERNELS}

@@ -11,10 +11,9 @@ Subcommands (each has ``--help``):
 - ``fit``: a bag (or a folder of bags), the URDF and ``plan.json`` → ``--out`` receives
   ``identified.urdf``, ``overlay.yaml``, ``report.json``, ``validation.png``.
 
-``plan`` and ``fit`` need no ROS; ``send`` and ``record`` need rclpy. Progress goes to stderr,
-results to stdout. Exit codes: 0 success; 1 bad input (the message names it; nothing written);
-2 usage; 3 a package of the identification extra missing; 4 a ROS failure (no server, goal
-rejected or failed, nothing recorded).
+``plan`` and ``fit`` need no ROS; ``send`` and ``record`` (``ros_commands``) need rclpy: this
+module parses their options and calls them. Progress goes to stderr, results to stdout. Exit
+codes: ``exit_codes``.
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-EXIT_OK, EXIT_INPUT, EXIT_USAGE, EXIT_MISSING, EXIT_ROS = 0, 1, 2, 3, 4
+from .exit_codes import EXIT_INPUT, EXIT_MISSING, EXIT_OK
 
 # BLAS threads fight over a shared 2-core machine and slow small factorisations 100-fold;
 # one thread per process is the fast choice for these sizes (set before numpy loads)
@@ -278,7 +277,10 @@ def main(argv: list[str] | None = None) -> int:
             return _fit(args, say)
         from .ros_commands import record, send
 
-        return (send if args.command == "send" else record)(args, say)
+        if args.command == "send":
+            return send(args.goal, action=args.action, timeout=args.timeout, say=say)
+        return record(args.out, topic=args.topic, storage=args.storage,
+                      duration=args.duration, wait=args.wait, say=say)
     except MissingDependency as exc:
         print(f"rb_dynamics_identify {args.command}: {exc}", file=sys.stderr)
         return EXIT_MISSING

@@ -16,10 +16,12 @@ import array
 import signal
 import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
-from .cli import EXIT_INPUT, EXIT_OK, EXIT_ROS, Progress
+from .exit_codes import EXIT_INPUT, EXIT_OK, EXIT_ROS
 
 # a goal of MAX_TRAJECTORY_POINTS (10,000) points on 10 joints (positions, velocities,
 # accelerations) is ~5.5 MB of YAML: this bound takes 35 joints
@@ -28,9 +30,11 @@ MAX_GOAL_FILE_BYTES = 20_000_000
 __all__ = ["goal_duration", "record", "send", "states_lost"]
 
 
-def record(args, say: Progress) -> int:
-    """Record ``args.topic`` into the bag ``args.out`` for ``args.duration`` s (or until
-    SIGINT/SIGTERM) after the first message."""
+def record(out: Path, *, topic: str, storage: str, duration: float | None, wait: float,
+           say: Callable[[str], None]) -> int:
+    """Record ``topic`` into the new bag ``out`` (``storage``: "mcap" or "sqlite3") for
+    ``duration`` s after the first message (None: until SIGINT/SIGTERM), giving up after
+    ``wait`` s without one; progress lines go to ``say``. Returns the exit code."""
     import rclpy
     from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
     from rclpy.serialization import serialize_message
@@ -38,8 +42,8 @@ def record(args, say: Progress) -> int:
 
     from rb_dynamics.identification import JointStateBagWriter
 
-    if args.out.exists():
-        print(f"rb_dynamics_identify record: {args.out} exists; a bag goes into a new folder")
+    if out.exists():
+        print(f"rb_dynamics_identify record: {out} exists; a bag goes into a new folder")
         return EXIT_INPUT
     rclpy.init()
     node = rclpy.create_node("rb_dynamics_identify_record")
@@ -61,12 +65,12 @@ def record(args, say: Progress) -> int:
 
     qos = QoSProfile(depth=10000, reliability=ReliabilityPolicy.RELIABLE,
                      history=HistoryPolicy.KEEP_LAST)
-    _subscribe_counting_losses(node, JointState, args.topic, on_state, qos, dropped)
+    _subscribe_counting_losses(node, JointState, topic, on_state, qos, dropped)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     spinner = threading.Thread(target=_spin, args=(node, stop), daemon=True)
     spinner.start()
-    say(f"waiting for {args.topic} (Ctrl-C stops)")
+    say(f"waiting for {topic} (Ctrl-C stops)")
     writer = None
     started = time.monotonic()
     last_note = started
@@ -76,19 +80,19 @@ def record(args, say: Progress) -> int:
             with lock:
                 batch, queue[:] = list(queue), []
             if batch and writer is None:
-                writer = JointStateBagWriter(args.out, args.topic, args.storage)
-                say(f"recording {args.topic} into {args.out} ({args.storage})")
+                writer = JointStateBagWriter(out, topic, storage)
+                say(f"recording {topic} into {out} ({storage})")
             for stamp, data in batch:
                 writer.write_cdr(stamp, data)
             now = time.monotonic()
-            if not first and now - started > args.wait:
-                print(f"rb_dynamics_identify record: no message on {args.topic} in "
-                      f"{args.wait:g} s")
+            if not first and now - started > wait:
+                print(f"rb_dynamics_identify record: no message on {topic} in "
+                      f"{wait:g} s")
                 return EXIT_ROS
             if first and now - last_note > 5.0:
                 say(f"{writer.count} joint states")
                 last_note = now
-            if first and args.duration is not None and now - first[0] >= args.duration:
+            if first and duration is not None and now - first[0] >= duration:
                 break
     finally:
         stop.set()
@@ -102,10 +106,10 @@ def record(args, say: Progress) -> int:
         node.destroy_node()
         rclpy.try_shutdown()
     if writer is None:  # stopped before the first message: no bag was begun
-        print(f"rb_dynamics_identify record: stopped before any message on {args.topic}; "
+        print(f"rb_dynamics_identify record: stopped before any message on {topic}; "
               "nothing recorded")
         return EXIT_ROS
-    print(f"recorded {writer.count} joint states into {args.out}")
+    print(f"recorded {writer.count} joint states into {out}")
     for line in states_lost(np.asarray(stamps), dropped[0]):
         print(f"rb_dynamics_identify record: {line}")
     return EXIT_OK
@@ -167,23 +171,24 @@ def _spin(node, stop: threading.Event) -> None:
         executor.spin_once(timeout_sec=0.05)
 
 
-def send(args, say: Progress) -> int:
-    """Send the goal in ``args.goal`` to ``args.action`` and wait for its result while the
-    server answers: a server silent (no feedback, no result) for ``args.timeout`` s is taken
-    for dead, the goal cancelled (one that dies mid-goal never answers; the goal's duration is
-    the server's time, simulated time on a lock-step simulator, which may run far slower than
-    the wall clock); SIGINT/SIGTERM cancel the goal and end the command (exit 4)."""
+def send(goal_file: Path, *, action: str, timeout: float, say: Callable[[str], None]) -> int:
+    """Send the goal in ``goal_file`` to ``action`` and wait for its result while the server
+    answers; returns the exit code. A server silent (no feedback, no result) for ``timeout`` s
+    is taken for dead, the goal cancelled (one that dies mid-goal never answers; the goal's
+    duration is the server's time, simulated time on a lock-step simulator, which may run far
+    slower than the wall clock); SIGINT/SIGTERM cancel the goal and end the command (exit 4).
+    Progress lines go to ``say``."""
     from rb_dynamics.model import plain_yaml, read_text_file
 
     # excitation.yaml is a goal (five levels of nesting); ValueError/OSError reach main. Its
     # size is refused before it is read, its shape before the server is asked for
-    if args.goal.is_file() and args.goal.stat().st_size > MAX_GOAL_FILE_BYTES:
-        raise ValueError(f"goal file {str(args.goal)!r} is larger than {MAX_GOAL_FILE_BYTES} "
-                         f"bytes ({args.goal.stat().st_size}; a plan's goal of 10,000 points "
+    if goal_file.is_file() and goal_file.stat().st_size > MAX_GOAL_FILE_BYTES:
+        raise ValueError(f"goal file {str(goal_file)!r} is larger than {MAX_GOAL_FILE_BYTES} "
+                         f"bytes ({goal_file.stat().st_size}; a plan's goal of 10,000 points "
                          "on 10 joints is 5.5 MB)")
-    goal_data = plain_yaml(read_text_file(args.goal, MAX_GOAL_FILE_BYTES, "goal file"),
-                           str(args.goal), max_depth=8)
-    duration = goal_duration(goal_data, str(args.goal))
+    goal_data = plain_yaml(read_text_file(goal_file, MAX_GOAL_FILE_BYTES, "goal file"),
+                           str(goal_file), max_depth=8)
+    duration = goal_duration(goal_data, str(goal_file))
     import rclpy
     from control_msgs.action import FollowJointTrajectory
     from rclpy.action import ActionClient
@@ -196,35 +201,35 @@ def send(args, say: Progress) -> int:
         signal.signal(sig, lambda *_: stop.set())
     handle = None
     try:
-        client = ActionClient(node, FollowJointTrajectory, args.action)
-        if not client.wait_for_server(timeout_sec=args.timeout):
-            print(f"rb_dynamics_identify send: no action server {args.action} in "
-                  f"{args.timeout:g} s")
+        client = ActionClient(node, FollowJointTrajectory, action)
+        if not client.wait_for_server(timeout_sec=timeout):
+            print(f"rb_dynamics_identify send: no action server {action} in "
+                  f"{timeout:g} s")
             return EXIT_ROS
         goal = FollowJointTrajectory.Goal()
         try:
             set_message_fields(goal, goal_data)
         except (AttributeError, TypeError, ValueError) as exc:
-            print(f"rb_dynamics_identify send: {args.goal} is not a FollowJointTrajectory "
+            print(f"rb_dynamics_identify send: {goal_file} is not a FollowJointTrajectory "
                   f"goal: {exc}")
             return EXIT_INPUT
         say(f"sending {len(goal.trajectory.points)} points ({duration:.1f} s) to "
-            f"{args.action}")
+            f"{action}")
         heard = [time.monotonic()]  # when the server last said something of the goal
         future = client.send_goal_async(
             goal, feedback_callback=lambda _feedback: heard.__setitem__(0, time.monotonic()))
-        if not _spin_until(node, future, time.monotonic() + args.timeout, stop):
-            print(f"rb_dynamics_identify send: {args.action} did not answer the goal in "
-                  f"{args.timeout:g} s" + (" (interrupted)" if stop.is_set() else ""))
+        if not _spin_until(node, future, time.monotonic() + timeout, stop):
+            print(f"rb_dynamics_identify send: {action} did not answer the goal in "
+                  f"{timeout:g} s" + (" (interrupted)" if stop.is_set() else ""))
             return EXIT_ROS
         handle = future.result()
         if handle is None or not handle.accepted:
-            print(f"rb_dynamics_identify send: the goal was rejected by {args.action}")
+            print(f"rb_dynamics_identify send: the goal was rejected by {action}")
             return EXIT_ROS
         result_future = handle.get_result_async()
         heard[0] = time.monotonic()
-        while not _spin_until(node, result_future, heard[0] + args.timeout, stop):
-            if stop.is_set() or time.monotonic() > heard[0] + args.timeout:
+        while not _spin_until(node, result_future, heard[0] + timeout, stop):
+            if stop.is_set() or time.monotonic() > heard[0] + timeout:
                 break
         if not result_future.done():
             _cancel(node, handle)
@@ -232,7 +237,7 @@ def send(args, say: Progress) -> int:
                 print("rb_dynamics_identify send: interrupted; the goal was cancelled")
             else:
                 print(f"rb_dynamics_identify send: neither feedback nor a result from "
-                      f"{args.action} for {args.timeout:g} s (--timeout) during the goal of "
+                      f"{action} for {timeout:g} s (--timeout) during the goal of "
                       f"{duration:.1f} s: the server stopped answering; the goal was cancelled")
             return EXIT_ROS
         result = result_future.result().result

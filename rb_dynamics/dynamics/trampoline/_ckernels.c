@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * rb_dynamics.dynamics._ckernels: the fixed trampoline between Python and per-model C kernels.
+ * rb_dynamics.dynamics.trampoline._ckernels: the fixed trampoline between Python and per-model
+ * C kernels.
  *
  * The kernels themselves are generated per model (rb_dynamics/dynamics/codegen_c.py), compiled
  * into a shared library and loaded by rb_dynamics/dynamics/kernel_cache.py, which hands their
@@ -904,7 +905,7 @@ static PyMethodDef kernels_methods[] = {
 
 static PyTypeObject KernelsType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "rb_dynamics.dynamics._ckernels.Kernels",
+    .tp_name = "rb_dynamics.dynamics.trampoline._ckernels.Kernels",
     .tp_doc = "Calls into one model's compiled kernels; built by rb_dynamics.dynamics.kernel_cache.",
     .tp_basicsize = sizeof(KernelsObject),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
@@ -916,7 +917,7 @@ static PyTypeObject KernelsType = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT,
-    .m_name = "rb_dynamics.dynamics._ckernels",
+    .m_name = "rb_dynamics.dynamics.trampoline._ckernels",
     .m_doc = "Trampoline from Python into per-model compiled dynamics kernels.",
     .m_size = -1,
 };
