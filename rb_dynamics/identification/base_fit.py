@@ -151,8 +151,8 @@ def fit_base_parameters(base: BaseParameters, data: PeriodicData, *, cutoff: flo
 
         d = delay
         if d is None:
-            grid = np.arange(-MAX_DELAY, MAX_DELAY + 1e-12, 1e-3)
-            best = float(grid[int(np.argmin([cost(g) for g in grid]))])
+            costs = [float(np.sum((y - Q @ (Q.T @ y)) ** 2)) for y in on_grid]
+            best = float(grid[int(np.argmin(costs))])
             res = scipy.optimize.minimize_scalar(cost, bounds=(best - 1e-3, best + 1e-3),
                                                  method="bounded", options={"xatol": 1e-6})
             d = float(res.x)
@@ -167,6 +167,8 @@ def fit_base_parameters(base: BaseParameters, data: PeriodicData, *, cutoff: flo
         candidates = [base]
     if delay is None:
         say("fit: estimating the effort delay")
+    grid = np.arange(-MAX_DELAY, MAX_DELAY + 1e-12, 1e-3)
+    on_grid = [target(d) for d in grid] if delay is None else []  # the same for every ε
     trials = [(solve(candidate), candidate) for candidate in candidates]
     (_, delay, A, Q, R), base = min(trials, key=lambda trial: trial[0][0])
     if len(candidates) > 1:
