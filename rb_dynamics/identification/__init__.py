@@ -135,6 +135,7 @@ from .results import (
 from .synthetic import (
     SensorModel,
     perturbed_model,
+    sign_law_friction,
     synthetic_recording,
 )
 
@@ -220,6 +221,7 @@ __all__ = [
     "read_plan",
     "require",
     "rest_poses",
+    "sign_law_friction",
     "spatial_inertia_from_parameters",
     "state_capacity",
     "suggest_identification_poses",

@@ -9,6 +9,12 @@ the smallest weighted residual (a coarse grid, then a bounded scalar search). Ig
 of a few ms leaves its error where the effort changes fastest: at the Coulomb step of each
 velocity reversal.
 
+The Coulomb columns' smoothing ε (``ParameterLayout.coulomb_smoothing``) is chosen the same way,
+from ``SMOOTHING_CANDIDATES`` (ε = 0: sign(q̇), as a drive's friction steps; 0.1 rad/s: the
+controller's ``COULOMB_SMOOTHING``): a law that is wrong near rest would otherwise bend the
+inertial parameters and the delay to explain the efforts there. The fitted Coulomb value is
+the level above 3ε, which the controller's compensation applies with its own ε.
+
 The estimate: β̂ = argmin ‖A β − y‖², cov(β̂) = s² (AᵀA)⁻¹ with s² the residual variance per
 degree of freedom. Data that cannot determine β (the column-scaled A's condition above
 ``MAX_CONDITION``) are refused with the least-determined combination named.
@@ -16,6 +22,7 @@ degree of freedom. Data that cannot determine β (the column-scaled A's conditio
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,16 +35,21 @@ from .base_parameters import BaseParameters
 from .payload import IdentificationError
 from .preprocessing import PeriodicData, low_pass
 
-__all__ = ["MAX_CONDITION_FIT", "BaseFit", "Validation", "fit_base_parameters", "validate"]
+__all__ = ["MAX_CONDITION_FIT", "SMOOTHING_CANDIDATES", "BaseFit", "Validation",
+           "fit_base_parameters", "validate", "with_smoothing"]
 
 MAX_CONDITION_FIT = 1e4  # of the column-scaled weighted regressor
 MAX_DELAY = 0.02  # s searched either side of zero
 CHUNK = 2000  # states per regressor evaluation (bounds the memory of Y)
+# ε (rad/s or m/s) of the Coulomb columns a fit chooses from: from a sluggish transition
+# through the controller's smoothing to a step
+SMOOTHING_CANDIDATES = (0.2, 0.1, 0.05, 0.02, 0.01, 0.005, 0.0)
 
 
 @dataclass(frozen=True, eq=False)
 class BaseFit:
-    """β̂ with its covariance, the delay, the noise and how well-posed the fit was."""
+    """β̂ with its covariance, the delay, the noise and how well-posed the fit was; ``base``'s
+    layout carries the Coulomb smoothing ε the fit chose."""
 
     base: BaseParameters
     beta: np.ndarray
@@ -48,6 +60,11 @@ class BaseFit:
     residual_rms: np.ndarray  # (n,) of the filtered averaged fit data
     R: np.ndarray  # (r, r): ‖R (β − β̂)‖² is the χ² increase of parameters β
     cutoff: float
+
+    @property
+    def smoothing(self) -> float:
+        """ε of the fitted Coulomb columns, tanh(q̇/ε) (0: sign(q̇))."""
+        return self.base.layout.coulomb_smoothing
 
     @property
     def std(self) -> np.ndarray:
@@ -74,42 +91,89 @@ def base_regressor(base: BaseParameters, q, qd, qdd) -> np.ndarray:
     return out
 
 
+def with_smoothing(base: BaseParameters, smoothing: float) -> BaseParameters:
+    """``base`` (the same base parameters) with its layout's Coulomb columns at ε =
+    ``smoothing``."""
+    layout = dataclasses.replace(base.layout, coulomb_smoothing=smoothing)
+    return dataclasses.replace(base, layout=layout)
+
+
+def _joint_term_columns(base: BaseParameters) -> tuple[np.ndarray, list[tuple[str, int]]]:
+    """The base columns that are joint terms, and each one's (term, joint)."""
+    layout = base.layout
+    ks = [k for k, i in enumerate(base.independent) if i >= layout.n_inertial]
+    which = [divmod(int(base.independent[k]) - layout.n_inertial, layout.n_joints) for k in ks]
+    return np.array(ks, dtype=int), [(layout.terms[t], j) for t, j in which]
+
+
 def fit_base_parameters(base: BaseParameters, data: PeriodicData, *, cutoff: float = 10.0,
-                        delay: float | None = None,
+                        delay: float | None = None, smoothing: float | None = None,
                         progress: Callable[[str], None] | None = None) -> BaseFit:
-    """β̂ from ``data``; ``delay`` s given, or estimated when None; efforts and regressor
-    low-passed at ``cutoff`` Hz. ``IdentificationError`` when the data cannot determine the
-    base parameters (the least-determined combination named)."""
+    """β̂ from ``data``; ``delay`` s given, or estimated when None; the Coulomb smoothing ε
+    ``smoothing`` given, or chosen from ``SMOOTHING_CANDIDATES`` when None (with the delay:
+    the pair that leaves the least weighted residual); efforts and regressor low-passed at
+    ``cutoff`` Hz. ``IdentificationError`` when the data cannot determine the base parameters
+    (the least-determined combination named)."""
     say = progress or (lambda _: None)
     rate = data.rate
-    # the regressor at every other phase (its content above a quarter of the rate is below
-    # rounding), the efforts at every phase; both cut at ``cutoff`` and sampled at 8× it
+    # the inertial columns at every other phase (their content above a quarter of the rate
+    # is below rounding); the joint terms' columns, which step where Coulomb friction does, at
+    # every phase as the efforts (sampled alike, a step aliases alike); all cut at ``cutoff``
+    # and sampled at 8× it
     half = 2 if len(data.phase) % 2 == 0 else 1
     step = max(1, int(rate / half / (8.0 * cutoff)))
     say(f"fit: base regressor at {len(data.phase) // half} phases")
+    joint_k, joint_terms = _joint_term_columns(base)
     Yb = base_regressor(base, data.q[::half], data.qd[::half], data.qdd[::half])
-    Yf = low_pass(Yb, cutoff, rate / half, step)
+    Yb[:, :, joint_k] = 0.0
+    inertial = low_pass(Yb, cutoff, rate / half, step)
     weight = 1.0 / np.maximum(data.noise, 1e-9)
-    A = (Yf * weight[None, :, None]).reshape(-1, base.count)
-    norms = np.linalg.norm(A, axis=0)
-    _check_excitation(base, A, norms)
-    Q, R = np.linalg.qr(A)
 
     def target(d: float) -> np.ndarray:
         y = low_pass(data.effort, cutoff, rate, half * step, delay=d)
         return (y * weight).ravel()
 
-    def cost(d: float) -> float:
-        y = target(d)
-        return float(np.sum((y - Q @ (Q.T @ y)) ** 2))
+    def solve(candidate: BaseParameters):
+        """(cost, delay, A, Q, R) of the fit with ``candidate``'s regressor."""
+        columns = candidate.layout.joint_columns(data.qd, data.qdd)
+        J = np.zeros((len(data.phase), base.layout.n_joints, len(joint_k)))
+        for c, (term, j) in enumerate(joint_terms):
+            J[:, j, c] = columns[term][:, j]
+        Yf = inertial.copy()
+        Yf[:, :, joint_k] = low_pass(J, cutoff, rate, half * step)
+        A = (Yf * weight[None, :, None]).reshape(-1, base.count)
+        _check_excitation(candidate, A, np.linalg.norm(A, axis=0))
+        Q, R = np.linalg.qr(A)
 
+        def cost(d: float) -> float:
+            y = target(d)
+            return float(np.sum((y - Q @ (Q.T @ y)) ** 2))
+
+        d = delay
+        if d is None:
+            costs = [float(np.sum((y - Q @ (Q.T @ y)) ** 2)) for y in on_grid]
+            best = float(grid[int(np.argmin(costs))])
+            res = scipy.optimize.minimize_scalar(cost, bounds=(best - 1e-3, best + 1e-3),
+                                                 method="bounded", options={"xatol": 1e-6})
+            d = float(res.x)
+        return cost(d), d, A, Q, R
+
+    friction = {"coulomb", "stribeck"} & set(base.layout.terms)
+    if smoothing is not None:
+        candidates = [with_smoothing(base, smoothing)]
+    elif friction:
+        candidates = [with_smoothing(base, eps) for eps in SMOOTHING_CANDIDATES]
+    else:
+        candidates = [base]
     if delay is None:
         say("fit: estimating the effort delay")
-        grid = np.arange(-MAX_DELAY, MAX_DELAY + 1e-12, 1e-3)
-        best = float(grid[int(np.argmin([cost(d) for d in grid]))])
-        res = scipy.optimize.minimize_scalar(cost, bounds=(best - 1e-3, best + 1e-3),
-                                             method="bounded", options={"xatol": 1e-6})
-        delay = float(res.x)
+    grid = np.arange(-MAX_DELAY, MAX_DELAY + 1e-12, 1e-3)
+    on_grid = [target(d) for d in grid] if delay is None else []  # the same for every ε
+    trials = [(solve(candidate), candidate) for candidate in candidates]
+    (_, delay, A, Q, R), base = min(trials, key=lambda trial: trial[0][0])
+    if len(candidates) > 1:
+        say(f"fit: Coulomb smoothing {base.layout.coulomb_smoothing:g} (of "
+            f"{', '.join(f'{eps:g}' for eps in SMOOTHING_CANDIDATES)})")
     y = target(delay)
     beta = scipy.linalg.solve_triangular(R, Q.T @ y)
     residual = y - A @ beta
@@ -120,6 +184,7 @@ def fit_base_parameters(base: BaseParameters, data: PeriodicData, *, cutoff: flo
     covariance = s2 * Rinv @ Rinv.T
     res_rms = np.sqrt(np.mean((residual.reshape(-1, base.layout.n_joints) / weight) ** 2,
                               axis=0))
+    norms = np.linalg.norm(A, axis=0)
     s_vals = np.linalg.svd(A / norms, compute_uv=False)
     return BaseFit(base, beta, covariance, delay, data.noise, float(s_vals[0] / s_vals[-1]),
                    res_rms, R / math.sqrt(s2), cutoff)

@@ -115,7 +115,8 @@ def identify(urdf_text: str, recording: JointRecording, plan: FourierTrajectory,
     say(f"averaged {data.periods} periods ({data.outliers} outlying samples dropped); "
         "noise σ " + ", ".join(f"{s:.3g}" for s in data.noise))
     fit = fit_base_parameters(base, data, cutoff=cutoff, delay=delay, progress=say)
-    say(f"fit: delay {fit.delay * 1e3:.2f} ms, condition {fit.condition:.1f}")
+    say(f"fit: delay {fit.delay * 1e3:.2f} ms, Coulomb smoothing {fit.smoothing:g}, "
+        f"condition {fit.condition:.1f}")
     own = own_link_inertias(model, urdf_text)
     welded = [I - o for I, o in zip(model.inertia, own)]
     cfit = cval = None
@@ -146,7 +147,8 @@ def identification_report(ident: Identification, provenance: dict[str, str]) -> 
         "parameters": layout.n_parameters, "base_parameters": base.count,
         "periods_fitted": ident.data.periods, "periods_held_out": len(ident.data.held_out),
         "excitation_start_s": ident.data.start, "outliers_dropped": ident.data.outliers,
-        "delay_s": fit.delay, "condition": fit.condition, "noise_sigma": _rounded(fit.noise),
+        "delay_s": fit.delay, "coulomb_smoothing": fit.smoothing, "condition": fit.condition,
+        "noise_sigma": _rounded(fit.noise),
         "validation": {"rms": _rounded(ident.validation.rms),
                        "rms_over_sigma": _rounded(ident.validation.ratio)},
         "base": [{"name": name, "combination": base.combination(k), "value": float(fit.beta[k]),

@@ -9,7 +9,12 @@
 - per identified joint, the joint terms that are switched on: ``<joint>.armature`` (q̈),
   ``<joint>.viscous`` (q̇), ``<joint>.coulomb`` (tanh(q̇/ε)), ``<joint>.stribeck``
   (exp(−(q̇/v_s)²)·tanh(q̇/ε), v_s given), ``<joint>.offset`` (1) — the friction law of
-  ``rb_dynamics.model.overlay`` with ε = ``COULOMB_SMOOTHING``.
+  ``rb_dynamics.model.overlay``, whose ε is ``COULOMB_SMOOTHING``.
+
+The layout's ε (``coulomb_smoothing``) is that ε unless set: how a real joint's Coulomb
+friction passes through rest is the joint's, not the controller's (a drive's steps: ε = 0,
+sign(q̇)), and a fit chooses it (``base_fit``). Above 3ε the column is within 0.5 % of
+sign(q̇): the Coulomb value means the same level whichever ε fitted it.
 
 Rows are the identified joints (``ParameterLayout.joints``, any subset of the model's 1-DoF
 joints); the other joints are held at fixed positions (``locked``: a gripper's fingers), which
@@ -89,13 +94,15 @@ class ParameterLayout:
     robot); ``locked``: positions of the model's other 1-DoF joints (default 0, clipped into
     their limits). ``terms``: the joint terms estimated (a subset of ``JOINT_TERMS``);
     ``stribeck_velocity``: v_s (rad/s or m/s) of the Stribeck column when ``"stribeck"`` is in
-    ``terms``. Raises ValueError naming unknown joints or terms.
+    ``terms``; ``coulomb_smoothing``: ε (rad/s or m/s) of the Coulomb and Stribeck columns'
+    tanh(q̇/ε), 0 for sign(q̇). Raises ValueError naming unknown joints or terms.
     """
 
     model: Model
     joints: tuple[str, ...]
     terms: tuple[str, ...] = ("armature", "viscous", "coulomb", "offset")
     stribeck_velocity: float = 0.05
+    coulomb_smoothing: float = COULOMB_SMOOTHING
     locked: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -116,6 +123,8 @@ class ParameterLayout:
         object.__setattr__(self, "terms", tuple(t for t in JOINT_TERMS if t in self.terms))
         if not self.stribeck_velocity > 0:
             raise ValueError(f"stribeck_velocity must be > 0, got {self.stribeck_velocity}")
+        if not self.coulomb_smoothing >= 0:
+            raise ValueError(f"coulomb_smoothing must be ≥ 0, got {self.coulomb_smoothing}")
         others = [n for n in model.actuated_joint_names if n not in joints]
         unknown_locked = [n for n in self.locked if n not in others]
         if unknown_locked:
@@ -213,16 +222,21 @@ class ParameterLayout:
         rows = self.v_index
         for b, link in enumerate(model.body_names):
             Y[:, :, 10 * b:10 * b + 10] = payload_inertial_regressor(model, Q, V, A, link)[:, rows]
-        qd, qdd = V[:, rows], A[:, rows]
-        columns = {"armature": qdd, "viscous": qd,
-                   "coulomb": np.tanh(qd / COULOMB_SMOOTHING),
-                   "stribeck": np.exp(-(qd / self.stribeck_velocity) ** 2)
-                   * np.tanh(qd / COULOMB_SMOOTHING),
-                   "offset": np.ones_like(qd)}
+        columns = self.joint_columns(V[:, rows], A[:, rows])
         j = np.arange(self.n_joints)
         for term in self.terms:
             Y[:, j, self.term_slice(term).start + j] = columns[term]
         return Y
+
+    def joint_columns(self, qd: np.ndarray, qdd: np.ndarray) -> dict[str, np.ndarray]:
+        """Each joint term's column at the identified joints' velocities and accelerations
+        (N, n_joints) each: joint k's ``<joint>.<term>`` multiplies ``columns[term][:, k]`` in
+        joint k's effort (and nowhere else)."""
+        eps = self.coulomb_smoothing
+        coulomb = np.tanh(qd / eps) if eps > 0 else np.sign(qd)
+        return {"armature": qdd, "viscous": qd, "coulomb": coulomb,
+                "stribeck": np.exp(-(qd / self.stribeck_velocity) ** 2) * coulomb,
+                "offset": np.ones_like(qd)}
 
     def describe(self) -> str:
         return (f"{self.model.name}: {self.n_joints} joints, {self.model.n_bodies} bodies, "

@@ -9,25 +9,28 @@
   ``FourierTrajectory`` exactly (inverse dynamics: its efforts are what the motion takes),
   sampled at a rate with jitter, the efforts delayed, offset, noisy and with outliers.
 
-The efforts are the reference RNEA of the true model (its armature included) plus its friction
-(``rb_dynamics.dynamics.friction_effort``, the law the simulator applies).
+The efforts are the reference RNEA of the true model (its armature included) plus its friction:
+by default ``rb_dynamics.dynamics.friction_effort`` (the smooth law the simulator applies and
+the fit's regressor writes), or another law such as ``sign_law_friction`` (Coulomb friction
+as a drive or MuJoCo's ``frictionloss`` has it), which the fit does not model at low speed.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from rb_dynamics.dynamics import friction_effort, rnea
+from rb_dynamics.dynamics import coulomb_bound, friction_effort, rnea
 from rb_dynamics.model import Model
 
 from .fourier import FourierTrajectory
 from .measurements import JointRecording
 from .regressor import body_parameters, spatial_inertia_from_parameters
 
-__all__ = ["SensorModel", "perturbed_model", "synthetic_recording"]
+__all__ = ["SensorModel", "perturbed_model", "sign_law_friction", "synthetic_recording"]
 
 
 def _pseudo_inertia(pi: np.ndarray) -> np.ndarray:
@@ -101,12 +104,22 @@ class SensorModel:
     position_step: float = 0.0
 
 
+def sign_law_friction(model: Model, v) -> np.ndarray:
+    """viscous·q̇ + c(q̇)·sign(q̇) over v ((nv,) or (N, nv)), c(q̇) the Coulomb and Stribeck
+    magnitude (``rb_dynamics.dynamics.coulomb_bound``): the friction a moving joint feels when
+    its Coulomb term steps at reversal, as a drive's does, and 0 at rest."""
+    v = np.asarray(v, dtype=float)
+    return model.damping * v + coulomb_bound(model, v) * np.sign(v)
+
+
 def synthetic_recording(true_model: Model, trajectory: FourierTrajectory, periods: int,
                         sensor: SensorModel, rng: np.random.Generator, *,
-                        lead_in: float = 1.0, tail: float = 1.0) -> tuple[JointRecording,
-                                                                          np.ndarray]:
+                        lead_in: float = 1.0, tail: float = 1.0,
+                        friction: Callable[[Model, np.ndarray], np.ndarray] = friction_effort,
+                        ) -> tuple[JointRecording, np.ndarray]:
     """What ``sensor`` records while ``true_model`` rests ``lead_in`` s at the trajectory's
     start, runs ``periods`` periods of it, then rests ``tail`` s. The other joints are at 0.
+    ``friction(model, V)`` is the true robot's friction effort at velocities V (N, nv).
     Returns the recording and the noise σ of each sample's efforts (N, n)."""
     duration = lead_in + periods * trajectory.period + tail
     n_samples = int(round(duration * sensor.rate)) + 1
@@ -129,7 +142,7 @@ def synthetic_recording(true_model: Model, trajectory: FourierTrajectory, period
         V = np.zeros((len(t), true_model.nv))
         A = np.zeros_like(V)
         Q[:, qi], V[:, vi], A[:, vi] = q, qd, qdd
-        tau = rnea(true_model, Q, V, A) + friction_effort(true_model, V)
+        tau = rnea(true_model, Q, V, A) + friction(true_model, V)
         return tau[:, vi]
 
     q, qd, _ = motion(stamps)
