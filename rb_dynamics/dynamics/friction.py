@@ -14,7 +14,8 @@ evaluations:
 
 - smooth, for control: ``friction_effort`` replaces sign(q̇) by tanh(q̇/ε), ε =
   ``COULOMB_SMOOTHING``, a function the controller's friction compensation adds (+f) and the
-  observer subtracts, and the simulator's RK4 applies (−f); ``friction_slope`` is its ∂f/∂q̇;
+  observer subtracts, and the simulator applies (−f: RK4 at its stages, the semi-implicit step
+  with ``friction_law`` "smooth" at the end of the step); ``friction_slope`` is its ∂f/∂q̇;
 - set-valued, for the simulator's semi-implicit step with ``friction_law`` "stick_slip":
   ``coulomb_bound`` is c(q̇), the most effort the Coulomb and Stribeck term can take; the step
   lets a joint stick or slip under it (``rb_dynamics.simulation.friction_step``).

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Forward-dynamics simulation without ROS: integrators, the stick–slip friction step, the
+"""Forward-dynamics simulation without ROS: integrators, the implicit friction step, the
 ``Simulator``, compiled steps, the joint drives of a simulated ``<ros2_control>`` block and the
 joint sensors of a real arm's driver (delay, jitter, noise, offset, quantisation).
 
@@ -7,9 +7,11 @@ Imports ``rb_dynamics.dynamics`` and ``rb_dynamics.model``.
 """
 
 from .friction_step import (
+    NEWTON_ITERATIONS,
     STICK_SLIP_SWEEPS,
     STICK_SLIP_TOLERANCE,
     friction_step_velocity,
+    implicit_friction_velocity,
     stick_slip_velocity,
 )
 from .joint_drives import (
@@ -50,6 +52,7 @@ __all__ = [
     "JointDrives",
     "JointSensors",
     "STABILITY_MARGIN",
+    "NEWTON_ITERATIONS",
     "STICK_SLIP_SWEEPS",
     "STICK_SLIP_TOLERANCE",
     "Reading",
@@ -62,6 +65,7 @@ __all__ = [
     "apply_position_limits",
     "compiled_steps",
     "friction_step_velocity",
+    "implicit_friction_velocity",
     "integrate",
     "joint_losses",
     "make_drives",

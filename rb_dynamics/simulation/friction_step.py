@@ -1,47 +1,89 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The semi-implicit step's joint friction: viscous damping implicit, Coulomb friction
-set-valued (stick–slip).
+"""The semi-implicit step's joint friction: viscous damping implicit, Coulomb friction implicit
+in the velocity, either set-valued (``friction_law`` "stick_slip") or smooth ("smooth").
 
-The law is ``rb_dynamics.dynamics.friction``'s, f(q̇) = viscous·q̇ + c(q̇)·sign(q̇), with sign
-set-valued at rest. Over a step of dt (semi-implicit Euler, the effort τ held):
+The law is ``rb_dynamics.dynamics.friction``'s, f(q̇) = viscous·q̇ + c(q̇)·s(q̇), with s the
+sign, set-valued at rest (stick_slip), or tanh(q̇/ε), ε = ``COULOMB_SMOOTHING`` (smooth: the
+controller's and the observer's evaluation). Over a step of dt (semi-implicit Euler, the
+effort τ held):
 
     A = M(q) + dt·diag(viscous)                       (viscous damping at the end of the step)
     v_free = q̇ + dt·A⁻¹ (τ − viscous·q̇ − h(q, q̇))     (the velocity without Coulomb friction)
-    q̇⁺ = argmin_w ½ (w − v_free)ᵀ A (w − v_free) + Σᵢ dt·cᵢ(q̇ᵢ)·|wᵢ|
+    q̇⁺ = argmin_w ½ (w − v_free)ᵀ A (w − v_free) + Σᵢ dt·cᵢ(q̇ᵢ)·φ(wᵢ)
 
-The minimiser is the stick–slip projection: q̇⁺ = v_free − A⁻¹ p with the friction impulse
-|pᵢ| ≤ dt·cᵢ, opposing q̇⁺ᵢ where it is not 0 and anywhere in the bound where it is (the
-principle of maximal dissipation; MuJoCo's ``frictionloss``). A single joint sticks (q̇⁺ = 0)
-when |v_free|·(I + dt·viscous) ≤ dt·c, the impulse one step of friction can give; otherwise it
-slips with the full friction against its motion. Unlike the linearised tanh law (stiff: its
-slope c/ε on a 1e-4 kg·m² wrist flips the velocity every step) this step is stable at any dt
-and a joint that stops stays stopped. The Stribeck magnitude c(q̇) is taken at the start of the
-step (its negative slope cannot make the step unstable then).
+with φ(w) = |w| (stick_slip) or ε·ln cosh(w/ε) (smooth), whose derivative is s. Both are
+convex, so the minimiser is unique, and it is the velocity at which the Coulomb term acts:
+A (q̇⁺ − v_free) + dt·c·s(q̇⁺) ∋ 0, implicit Euler in the velocity.
 
-``stick_slip_velocity`` solves the minimisation by coordinate descent (Gauss–Seidel with soft
-thresholding: a stuck coordinate is exactly 0 at every sweep), until a sweep moves no
-coordinate by more than ``STICK_SLIP_TOLERANCE``·(1 + max|v_free|) or after
-``STICK_SLIP_SWEEPS`` sweeps. It is written one scalar at a time, in the order of
-``_ckernels.c``'s ``stick_slip``, so that the compiled roll-out takes the same decisions.
+- stick_slip: q̇⁺ = v_free − A⁻¹ p with the friction impulse |pᵢ| ≤ dt·cᵢ, opposing q̇⁺ᵢ where
+  it is not 0 and anywhere in the bound where it is (the principle of maximal dissipation;
+  MuJoCo's ``frictionloss``). A single joint sticks (q̇⁺ = 0) when |v_free|·(I + dt·viscous)
+  ≤ dt·c, the impulse one step of friction can give; otherwise it slips with the full friction
+  against its motion.
+- smooth: pᵢ = dt·cᵢ·tanh(q̇⁺ᵢ/ε), the smooth law at the end of the step. A single joint's
+  q̇⁺ lies between 0 and v_free (tanh's sign is its argument's): friction slows it, never
+  reverses it, and without a drive its speed decays to 0 (there is no stiction to hold it at
+  exactly 0: near rest the law is viscous with slope c/ε).
+
+Either step is stable at any dt and a joint that friction stops stays stopped, unlike the
+smooth law linearised about q̇ (one Newton step of this one: its slope c/ε on a 1e-4 kg·m²
+wrist, taken where tanh saturates, is 0, so the Coulomb term acts explicitly and flips the
+velocity every step). The Stribeck magnitude c(q̇) is taken at the start of the step (its
+negative slope cannot make the step unstable then).
+
+``implicit_friction_velocity`` solves the minimisation by coordinate descent (Gauss–Seidel:
+per coordinate, soft thresholding for stick_slip, so that a stuck coordinate is exactly 0 at
+every sweep; for smooth the root of the coordinate's monotone equation by Newton's method),
+until a sweep moves no coordinate by more than ``STICK_SLIP_TOLERANCE``·(1 + max|v_free|) or
+after ``STICK_SLIP_SWEEPS`` sweeps. It is written one scalar at a time, in the order of
+``_ckernels.c``'s ``implicit_friction``, so that the compiled roll-out takes the same decisions.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from rb_dynamics.dynamics import Dynamics, coulomb_bound
+from rb_dynamics.model import COULOMB_SMOOTHING
 
-__all__ = ["STICK_SLIP_SWEEPS", "STICK_SLIP_TOLERANCE", "friction_step_velocity",
-           "stick_slip_velocity"]
+__all__ = ["NEWTON_ITERATIONS", "STICK_SLIP_SWEEPS", "STICK_SLIP_TOLERANCE",
+           "friction_step_velocity", "implicit_friction_velocity", "stick_slip_velocity"]
 
 STICK_SLIP_SWEEPS = 100  # equals STICK_SLIP_SWEEPS in _ckernels.c
 STICK_SLIP_TOLERANCE = 1e-14  # relative to 1 + max|v_free|; equals _ckernels.c's
+NEWTON_ITERATIONS = 100  # per coordinate and sweep, smooth law; equals _ckernels.c's
 
 
-def stick_slip_velocity(A: np.ndarray, v_free: np.ndarray, bound: np.ndarray) -> np.ndarray:
-    """argmin_w ½ (w − v_free)ᵀ A (w − v_free) + Σᵢ boundᵢ·|wᵢ| for a symmetric positive
-    definite ``A`` (n, n) and impulse bounds ``bound`` ≥ 0 (n,): the velocity after the
-    Coulomb impulses (see the module docstring). A coordinate with bound 0 is not held."""
+def _smooth_coordinate(z: float, t: float, smoothing: float, tolerance: float) -> float:
+    """The root x of x − z + t·tanh(x/ε) = 0 (t ≥ 0, ε = ``smoothing`` > 0): one coordinate's
+    velocity with its smooth friction at the end of the step.
+
+    The root has z's sign and lies in [|z| − t, |z|] (|tanh| ≤ 1). On x ≥ 0 the left side,
+    g(x) = x − |z| + t·tanh(x/ε), is increasing and concave, so Newton's method from below the
+    root (|z| − t, or 0) climbs to it monotonically and never passes it: no safeguard is needed
+    but the clamp to |z| against rounding."""
+    s = abs(z)
+    x = s - t if s > t else 0.0
+    for _ in range(NEWTON_ITERATIONS):
+        th = math.tanh(x / smoothing)
+        step = (s - x - t * th) / (1.0 + t / smoothing * (1.0 - th * th))
+        x += step
+        if step <= tolerance:
+            break
+    if x > s:
+        x = s
+    return x if z >= 0.0 else -x
+
+
+def implicit_friction_velocity(A: np.ndarray, v_free: np.ndarray, bound: np.ndarray,
+                               smoothing: float = 0.0) -> np.ndarray:
+    """argmin_w ½ (w − v_free)ᵀ A (w − v_free) + Σᵢ boundᵢ·φ(wᵢ) for a symmetric positive
+    definite ``A`` (n, n) and impulse bounds ``bound`` ≥ 0 (n,), φ(w) = |w| when ``smoothing``
+    is 0 (stick–slip) or ε·ln cosh(w/ε) with ε = ``smoothing`` > 0 (the smooth law): the
+    velocity after the Coulomb impulses (see the module docstring). A coordinate with bound 0
+    has no Coulomb friction."""
     a, w, b = A.tolist(), [float(x) for x in v_free], [float(x) for x in bound]
     n = len(w)
     x = list(w)
@@ -60,7 +102,10 @@ def stick_slip_velocity(A: np.ndarray, v_free: np.ndarray, bound: np.ndarray) ->
                     coupled += row[j] * (x[j] - w[j])
             z = w[i] - coupled / row[i]  # i's velocity without its own friction
             t = b[i] / row[i]  # the velocity i's friction can take in one step
-            new = z - t if z > t else (z + t if z < -t else 0.0)
+            if smoothing > 0.0:
+                new = _smooth_coordinate(z, t, smoothing, tolerance)
+            else:  # soft thresholding: stuck when the friction can take all of z
+                new = z - t if z > t else (z + t if z < -t else 0.0)
             if abs(new - x[i]) > change:
                 change = abs(new - x[i])
             x[i] = new
@@ -69,13 +114,20 @@ def stick_slip_velocity(A: np.ndarray, v_free: np.ndarray, bound: np.ndarray) ->
     return np.array(x)
 
 
+def stick_slip_velocity(A: np.ndarray, v_free: np.ndarray, bound: np.ndarray) -> np.ndarray:
+    """``implicit_friction_velocity`` with Coulomb friction set-valued (stick–slip)."""
+    return implicit_friction_velocity(A, v_free, bound, 0.0)
+
+
 def friction_step_velocity(dyn: Dynamics, q: np.ndarray, v: np.ndarray, tau: np.ndarray,
-                           dt: float) -> np.ndarray:
+                           dt: float, friction_law: str = "stick_slip") -> np.ndarray:
     """q̇⁺ after one semi-implicit Euler step of ``dt`` under ``tau``, with the joint friction
-    of ``dyn.model`` as the module docstring states (a fixed-base or any model; no
-    constraints, no external wrench)."""
+    of ``dyn.model`` as the module docstring states, Coulomb friction set-valued
+    (``friction_law`` "stick_slip") or smooth ("smooth"); a fixed-base or any model, no
+    constraints, no external wrench."""
     model = dyn.model
     A = dyn.crba(q) + dt * np.diag(model.damping)
     rhs = tau - model.damping * v - dyn.nonlinear_effects(q, v)
     v_free = v + dt * np.linalg.solve(A, rhs)
-    return stick_slip_velocity(A, v_free, dt * coulomb_bound(model, v))
+    smoothing = COULOMB_SMOOTHING if friction_law == "smooth" else 0.0
+    return implicit_friction_velocity(A, v_free, dt * coulomb_bound(model, v), smoothing)

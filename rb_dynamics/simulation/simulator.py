@@ -10,12 +10,14 @@ that updates once per step):
 - ``rk4``: classical Runge–Kutta 4 with the stage configurations q ⊕ k·dt.
 
 Joint friction (``rb_dynamics.dynamics.friction``: the URDF ``<dynamics>`` viscous and
-Coulomb terms and an overlay's Stribeck term) acts as a resisting torque, Coulomb friction
-smoothed by tanh(q̇/ε) (the controller's and the observer's evaluation), in semi-implicit
-Euler linearly implicit (``_accel_implicit_losses``); or, with ``friction_law`` "stick_slip"
-in semi-implicit Euler without constraints, as the law is, Coulomb friction set-valued (a
-joint sticks or slips, ``friction_step``), viscous damping implicit. The joints' armature is
-in the dynamics (M(q) and ABA). A ``ConstraintSet`` (loop
+Coulomb terms and an overlay's Stribeck term) acts as a resisting torque. In semi-implicit
+Euler without constraints it is implicit in the velocity (``friction_step``): viscous damping,
+and Coulomb friction either smoothed by tanh(q̇/ε) (``friction_law`` "smooth", the default: the
+controller's and the observer's evaluation) or set-valued, a joint sticking or slipping
+("stick_slip"). In RK4, whose stages need a smooth force, Coulomb friction is smoothed by
+tanh(q̇/ε); with constraints, semi-implicit Euler takes the smooth law linearised about q̇
+(``_accel_implicit_losses``). The joints' armature is in the dynamics (M(q) and ABA). A
+``ConstraintSet`` (loop
 closures, fixed points, welds, couplings) replaces the free acceleration by the constrained one
 at every stage. Position limits act as
 inelastic stops: a joint that would pass a limit is put on it and its velocity into the limit
@@ -24,8 +26,8 @@ is zeroed (with constraints, a stop can open a loop: keep loops away from the li
 ``step`` is the readable reference. ``compiled_steps`` gives the fast path for the common case
 (a fixed-base model with 1-DoF joints, C kernels, no constraints or external wrenches): many
 steps of ``step`` in one call into C (``Kernels.rollout`` in ``_ckernels.c``), equal to ``step``
-to rounding (the implicit solve there is a Cholesky, here an LU solve; the stick–slip sweeps are
-the same scalar operations). ``Simulator``
+to rounding (the implicit solve there is a Cholesky, here an LU solve; the friction step's
+sweeps are the same scalar operations). ``Simulator``
 and ``~/simulate`` use it when it applies.
 """
 
@@ -75,9 +77,9 @@ __all__ = [
 ]
 
 INTEGRATORS = ("semi_implicit_euler", "rk4")
-# semi-implicit Euler's joint friction: the smooth law linearised (``_accel_implicit_losses``:
-# the controller's and the observer's own law as the truth; it can cycle at period 2 on a light
-# joint), or the sign law, stick–slip (``friction_step``)
+# semi-implicit Euler's Coulomb friction, implicit in the velocity (``friction_step``): the
+# smooth law (the controller's and the observer's own law as the truth), or the sign law,
+# stick–slip
 FRICTION_LAWS = ("smooth", "stick_slip")
 
 
@@ -168,15 +170,15 @@ def apply_position_limits(model: Model, q: np.ndarray, v: np.ndarray) -> tuple[n
 def _accel_implicit_losses(dyn: Dynamics, q, v, tau, dt: float,
                            constraints: ConstraintSet | None = None,
                            t: float = 0.0) -> np.ndarray:
-    """The acceleration over a step with the smooth joint losses taken at the end of the step,
-    linearised: (M + dt·C) a = τ + losses(v) − h, C = max(∂f/∂q̇, 0)
+    """With constraints: the acceleration over a step with the smooth joint losses taken at the
+    end of the step, linearised: (M + dt·C) a = τ + losses(v) − h, C = max(∂f/∂q̇, 0)
     (``dynamics.friction_slope``).
 
     Friction of a light link (a wrist: 1 N·m over ε = 0.1 rad/s on 1.4e-4 kg·m²) is far too
     stiff for an explicit step at 1 ms; linearised, it does not diverge, but once tanh
-    saturates it can cycle between ±v every step (``friction_step``'s stick–slip does not).
-    The negative slope of a Stribeck dip stays explicit: taken implicitly it could make
-    M + dt·C indefinite on a light link.
+    saturates it can cycle between ±v every step (``friction_step``, implicit in the velocity,
+    does not; it has no constrained form). The negative slope of a Stribeck dip stays
+    explicit: taken implicitly it could make M + dt·C indefinite on a light link.
     """
     model = dyn.model
     slope = np.maximum(friction_slope(model, v), 0.0)
@@ -245,9 +247,10 @@ def step(
     """One integration step of ``dt`` seconds under the constant effort ``tau`` (N·m or N).
 
     ``dyn`` is the model's dynamics (``rb_dynamics.dynamics``); ``method`` one of
-    ``INTEGRATORS``. Semi-implicit Euler takes the smooth joint friction law linearly implicit
-    (``_accel_implicit_losses``), or with ``friction_law`` "stick_slip" (and no constraints)
-    the sign law as ``friction_step`` says; RK4 the smooth law. With ``constraints``, every
+    ``INTEGRATORS``. Semi-implicit Euler takes the joint friction implicit in the velocity as
+    ``friction_step`` says, Coulomb friction smooth or, with ``friction_law`` "stick_slip",
+    set-valued (with constraints: the smooth law linearised, ``_accel_implicit_losses``); RK4
+    the smooth law. With ``constraints``, every
     acceleration is the constrained one (``f_ext`` is then not used; ``t`` is the time the
     constraints see). Raises ValueError for a ``dt`` that is not positive and finite, an
     unknown ``method`` or ``friction_law`` (one of ``FRICTION_LAWS``).
@@ -266,8 +269,8 @@ def step(
 
     if method == "semi_implicit_euler":
         stiff = losses and not f_ext and has_friction(model)
-        if stiff and not constraints and friction_law == "stick_slip":  # friction_step
-            v_next = friction_step_velocity(dyn, q, v, tau, dt)
+        if stiff and not constraints:  # friction_step
+            v_next = friction_step_velocity(dyn, q, v, tau, dt, friction_law)
             a = (v_next - v) / dt
         else:
             a = _accel_implicit_losses(dyn, q, v, tau, dt, constraints, t) if stiff \
@@ -339,7 +342,7 @@ class CompiledSteps:
         self.dyn, self.kernels, self.method = dyn, kernels, method
         self.losses, self.limits = losses, limits
         check_choice(friction_law, FRICTION_LAWS, "friction_law")
-        # 0 (stick–slip), 1 as _ckernels expects; 2: semi-implicit Euler with the smooth law
+        # 0 (stick–slip), 1 as _ckernels expects; 2: semi-implicit Euler, smooth friction
         self._integrator = 2 if method == INTEGRATORS[0] and friction_law == "smooth" \
             else INTEGRATORS.index(method)
 

@@ -363,20 +363,23 @@ KERNEL_METHOD(momentum_terms, 5)
  * q ⊕ v·dt = q + v·dt) by many steps in one call, each step computed as
  * rb_dynamics.simulation.step computes it, in the same order of operations: the joint losses
  * (rb_dynamics.dynamics.friction: viscous, Coulomb and Stribeck), semi-implicit Euler with
- * viscous damping implicit and Coulomb friction set-valued (rb_dynamics.simulation.friction_step:
- * A = M + dt·diag(viscous) solved here by Cholesky where the reference uses an LU solve, then
- * the same stick–slip sweeps), RK4 on the model's ABA with the smooth law, the inelastic
- * position stops. It stops before any step that would need a non-finite kernel input
+ * viscous damping and Coulomb friction implicit in the velocity, set-valued or smooth
+ * (rb_dynamics.simulation.friction_step: A = M + dt·diag(viscous) solved here by Cholesky where
+ * the reference uses an LU solve, then the same sweeps), RK4 on the model's ABA with the
+ * smooth law, the inelastic position stops. It stops before any step that would need a non-finite kernel input
  * or give a non-finite output, or whose matrix is not positive definite, so that the caller
  * (simulation.CompiledSteps) can hand that step to the reference, which then raises or answers
  * exactly as it always does. The loop runs without the GIL.
  */
 
 #define COULOMB_SMOOTHING 0.1 /* rb_dynamics.model.COULOMB_SMOOTHING */
-/* rb_dynamics.simulation.friction_step's STICK_SLIP_SWEEPS and STICK_SLIP_TOLERANCE */
+/* rb_dynamics.simulation.friction_step's STICK_SLIP_SWEEPS, STICK_SLIP_TOLERANCE and
+ * NEWTON_ITERATIONS */
 #define STICK_SLIP_SWEEPS 100
 #define STICK_SLIP_TOLERANCE 1e-14
-/* 2: semi-implicit Euler with the smooth law linearised (friction_law "smooth") */
+#define NEWTON_ITERATIONS 100
+/* 0: semi-implicit Euler, Coulomb friction set-valued (friction_law "stick_slip");
+ * 2: the same with the smooth law (friction_law "smooth") */
 enum { SEMI_IMPLICIT_EULER = 0, RK4 = 1, SEMI_IMPLICIT_SMOOTH = 2 };
 enum { NLE = 2, CRBA = 3, ABA = 4 }; /* indices into KernelsObject.k */
 
@@ -387,25 +390,19 @@ typedef struct {
     /* viscous, Coulomb, Stribeck and its velocity (NULL: no joint losses) */
     const double *damping, *friction, *stribeck, *stribeck_velocity;
     const double *lower, *upper;      /* NULL: no position stops */
-    int implicit;                     /* semi-implicit Euler with the friction step */
+    int implicit;                     /* joint losses: semi-implicit Euler's friction step */
     double *M, *A, *h, *rhs, *applied, *qs, *a[4], *vs[3], *bound; /* scratch */
 } Stepper;
 
-/* Coordinate i's friction effort f(q̇) and, when slope is not NULL, ∂f/∂q̇: the expressions of
- * rb_dynamics.dynamics.friction (friction_effort, friction_slope), in its order */
-static double friction_of(const Stepper *s, Py_ssize_t i, double v, double *slope)
+/* Coordinate i's friction effort f(q̇): the expression of rb_dynamics.dynamics.friction
+ * (friction_effort), in its order */
+static double friction_of(const Stepper *s, Py_ssize_t i, double v)
 {
     double vs = s->stribeck_velocity[i], fs = s->stribeck[i];
     int on = vs > 0.0 && fs > 0.0;
     double inv_vs2 = on ? 1.0 / (vs * vs) : 0.0;
     double decay = on ? fs * exp(-(v * v) * inv_vs2) : 0.0; /* Python: 0·exp(0) = 0 */
     double th = tanh(v / COULOMB_SMOOTHING);
-    if (slope != NULL) {
-        double c = cosh(fmin(fmax(v / COULOMB_SMOOTHING, -300.0), 300.0));
-        double sech2 = 1.0 / (c * c);
-        *slope = s->damping[i] + (s->friction[i] + decay) * sech2 / COULOMB_SMOOTHING
-                 - 2.0 * v * inv_vs2 * decay * th;
-    }
     return s->damping[i] * v + (s->friction[i] + decay) * th;
 }
 
@@ -424,7 +421,7 @@ static double coulomb_bound_of(const Stepper *s, Py_ssize_t i, double v)
 static void add_losses(const Stepper *s, const double *tau, const double *v, double *applied)
 {
     for (Py_ssize_t i = 0; i < s->n; i++)
-        applied[i] = s->damping ? tau[i] + -friction_of(s, i, v[i], NULL) : tau[i];
+        applied[i] = s->damping ? tau[i] + -friction_of(s, i, v[i]) : tau[i];
 }
 
 /* q̈ = ABA(q, q̇, τ + losses); 0 when an input or the result is not finite */
@@ -470,10 +467,29 @@ static int cholesky_solve(double *A, double *x, Py_ssize_t n)
     return 1;
 }
 
-/* friction_step.stick_slip_velocity: argmin_x ½ (x − w)ᵀ A (x − w) + Σ b_i |x_i| by coordinate
- * descent with soft thresholding, the same scalar operations in the same order */
-static void stick_slip(const double *A, const double *w, const double *b, double *x,
-                       Py_ssize_t n)
+/* friction_step._smooth_coordinate: the root of x − z + t·tanh(x/ε) = 0 by Newton's method from
+ * below it, the same scalar operations in the same order */
+static double smooth_coordinate(double z, double t, double smoothing, double tolerance)
+{
+    double s = fabs(z);
+    double x = s > t ? s - t : 0.0;
+    for (int k = 0; k < NEWTON_ITERATIONS; k++) {
+        double th = tanh(x / smoothing);
+        double step = (s - x - t * th) / (1.0 + t / smoothing * (1.0 - th * th));
+        x += step;
+        if (step <= tolerance)
+            break;
+    }
+    if (x > s)
+        x = s;
+    return z >= 0.0 ? x : -x;
+}
+
+/* friction_step.implicit_friction_velocity: argmin_x ½ (x − w)ᵀ A (x − w) + Σ b_i φ(x_i) by
+ * coordinate descent, φ = |·| (smoothing 0: soft thresholding) or ε·ln cosh(·/ε) (smoothing ε:
+ * smooth_coordinate), the same scalar operations in the same order */
+static void implicit_friction(const double *A, const double *w, const double *b, double *x,
+                              Py_ssize_t n, double smoothing)
 {
     double scale = 0.0;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -492,7 +508,8 @@ static void stick_slip(const double *A, const double *w, const double *b, double
                     coupled += row[j] * (x[j] - w[j]);
             double z = w[i] - coupled / row[i];
             double t = b[i] / row[i];
-            double next = z > t ? z - t : (z < -t ? z + t : 0.0);
+            double next = smoothing > 0.0 ? smooth_coordinate(z, t, smoothing, tolerance)
+                                          : (z > t ? z - t : (z < -t ? z + t : 0.0));
             if (fabs(next - x[i]) > change)
                 change = fabs(next - x[i]);
             x[i] = next;
@@ -502,30 +519,11 @@ static void stick_slip(const double *A, const double *w, const double *b, double
     }
 }
 
-/* simulation._accel_implicit_losses: (M + dt·C) a = τ + losses(q̇) − h, C = max(∂f/∂q̇, 0) */
-static int accel_implicit(const Stepper *s, const double *q, const double *v, const double *tau,
-                          double *a)
-{
-    Py_ssize_t n = s->n;
-    const double *in[2] = {q, v};
-    s->crba(in, s->M);
-    s->nle(in, s->h);
-    if (!all_finite(s->M, n * n) || !all_finite(s->h, n))
-        return 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        double slope;
-        s->rhs[i] = tau[i] + -friction_of(s, i, v[i], &slope);
-        s->M[i * n + i] += s->dt * fmax(slope, 0.0);
-        a[i] = s->rhs[i] - s->h[i];
-    }
-    return cholesky_solve(s->M, a, n) && all_finite(a, n);
-}
-
-/* friction_step.friction_step_velocity: v1 after a semi-implicit step with viscous damping
- * implicit and Coulomb friction set-valued; 0 when an input or the result is not finite or A is
- * not positive definite */
+/* friction_step.friction_step_velocity: v1 after a semi-implicit step with viscous damping and
+ * Coulomb friction implicit, set-valued (smoothing 0) or smooth (smoothing ε); 0 when an input or
+ * the result is not finite or A is not positive definite */
 static int friction_step(const Stepper *s, const double *q, const double *v, const double *tau,
-                         double *v1)
+                         double *v1, double smoothing)
 {
     Py_ssize_t n = s->n;
     const double *in[2] = {q, v};
@@ -546,7 +544,7 @@ static int friction_step(const Stepper *s, const double *q, const double *v, con
     }
     if (!all_finite(s->bound, n))
         return 0;
-    stick_slip(s->A, s->rhs, s->bound, v1, n);
+    implicit_friction(s->A, s->rhs, s->bound, v1, n, smoothing);
     return all_finite(v1, n);
 }
 
@@ -568,8 +566,9 @@ static int one_step(const Stepper *s, int method, const double *q, const double 
     Py_ssize_t n = s->n;
     double dt = s->dt, half = 0.5 * dt;
     if (method != RK4) {
-        if (s->implicit && method == SEMI_IMPLICIT_EULER) { /* simulation.step: v1 from the friction step, a = (v1 − v)/dt */
-            if (!friction_step(s, q, v, tau, v1))
+        if (s->implicit) { /* simulation.step: v1 from the friction step, a = (v1 − v)/dt */
+            double smoothing = method == SEMI_IMPLICIT_SMOOTH ? COULOMB_SMOOTHING : 0.0;
+            if (!friction_step(s, q, v, tau, v1, smoothing))
                 return 0;
             for (Py_ssize_t i = 0; i < n; i++) {
                 a[i] = (v1[i] - v[i]) / dt;
@@ -577,7 +576,7 @@ static int one_step(const Stepper *s, int method, const double *q, const double 
             }
             return 1;
         }
-        if (!(s->implicit ? accel_implicit(s, q, v, tau, a) : accel(s, q, v, tau, a)))
+        if (!accel(s, q, v, tau, a))
             return 0;
         for (Py_ssize_t i = 0; i < n; i++) {
             v1[i] = v[i] + a[i] * dt;
@@ -852,7 +851,7 @@ static PyObject *m_observe(PyObject *op, PyObject *const *args, Py_ssize_t nargs
         Stepper f = {.n = n, .damping = losses, .friction = losses + n,
                      .stribeck = losses + 2 * n, .stribeck_velocity = losses + 3 * n};
         for (Py_ssize_t j = 0; j < n; j++)
-            rows[3 * n + j] = friction_of(&f, j, v[j], NULL);
+            rows[3 * n + j] = friction_of(&f, j, v[j]);
     }
     for (Py_ssize_t j = 0; j < n; j++)
         rows[4 * n + j] = effort[j] - offset[j];
@@ -895,8 +894,8 @@ static PyMethodDef kernels_methods[] = {
      "        stribeck_velocity, lower, upper, law)\n"
      "N = len(A) steps from Q[0], V[0] into the rows of Q, V (N+1, nv), A and hit (N, nv);\n"
      "tau (nv,) held or (N, nv) per step; law: None, or law(k) -> the efforts of step k,\n"
-     "called before it and written to tau[k]; integrator 0: semi-implicit Euler (stick-slip\n"
-     "friction), 1: RK4, 2: semi-implicit Euler with the smooth friction law linearised;\n"
+     "called before it and written to tau[k]; integrator 0: semi-implicit Euler (friction\n"
+     "implicit, stick-slip), 1: RK4, 2: semi-implicit Euler (friction implicit, smooth);\n"
      "damping, friction, stribeck, stribeck_velocity (the joint losses) and lower, upper:\n"
      "(nv,) arrays, or all of a group None (no losses, no stops).\n"
      "Returns the steps taken: it stops before a step that is not finite (see the source)."},
