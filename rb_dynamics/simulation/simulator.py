@@ -51,6 +51,7 @@ from rb_dynamics.model import (
     Model,
     check_choice,
     check_positive,
+    clamp_effort_with_mask,
     finite_array,
     quat_to_matrix,
     skew,
@@ -436,9 +437,9 @@ class Simulator:
     def set_command(self, tau: np.ndarray) -> np.ndarray:
         """Hold ``tau`` (clamped to the effort limits); returns the mask of clamped joints."""
         tau = dynamics.check_vector(tau, self.model.nv, "tau")
-        self.command = np.clip(tau, -self.model.effort_limit, self.model.effort_limit)
+        self.command, clamped = clamp_effort_with_mask(tau, self.model.effort_limit)
         self.command_time = self.time
-        return self.command != tau
+        return clamped
 
     # True when ``effort_at`` depends on the state (a subclass with joint servos): the compiled
     # roll-out then calls it back before each step instead of tabulating it ahead
