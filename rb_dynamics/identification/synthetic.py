@@ -98,8 +98,9 @@ class SensorModel:
     off by 5–10 σ; positions quantised to ``position_step`` (0: exact).
 
     The instants are the recording's own (a grid with Gaussian jitter, not a live driver's
-    reading behind ``now``); the values are ``rb_dynamics.sensing.JointSensors.measure``'s
-    (``sensors``), which refuses a negative option or ``outliers`` above 1."""
+    reading behind ``now``); the values are measured by
+    ``rb_dynamics.sensing.joint_sensors.JointSensors.measure`` (``sensors``), which refuses a
+    negative option or ``outliers`` above 1."""
 
     rate: float = 1000.0
     jitter: float = 0.0

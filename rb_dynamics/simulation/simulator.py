@@ -445,7 +445,8 @@ class Simulator:
     # roll-out then calls it back before each step instead of tabulating it ahead
     state_feedback = False
     # Told (times, q, v, effort) of the steps taken, one row per step: its start time and state
-    # and the effort it applied (``rb_dynamics.sensing.StateHistory.record``, for delayed readings)
+    # and the effort it applied (for delayed readings:
+    # ``rb_dynamics.sensing.joint_sensors.StateHistory.record``)
     recorder: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], None] | None = None
 
     def effort_at(self, t: float, q: np.ndarray, v: np.ndarray) -> np.ndarray:
