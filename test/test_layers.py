@@ -1,10 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
 """The package's shape is a test: the layers of ``.importlinter`` (PyPI import-linter), no ROS
-below ``ros/``, and modules and classes small enough to read."""
+below ``ros/``, modules and classes small enough to read, and one clamp of an effort to its
+limits."""
 
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 import subprocess
 import sys
@@ -19,6 +21,17 @@ ROS_LAYERS = ("ros", "demo")  # the only subpackages that may import ROS
 # file is as long as its concept, and the node classes that compose their parts sit near 300
 MAX_MODULE_LINES = 600
 MAX_CLASS_LINES = 400
+# the one place an effort is clamped to ±(its limit): a clamp elsewhere whose text names an
+# effort (``effort``, ``tau``), or any clamp in control/ and simulation/ but these functions'
+# (which bound something else), is that clamp written again
+EFFORT_CLAMP = PACKAGE / "model" / "effort_clamp.py"
+EFFORT_WORDS = re.compile(r"effort|\btau", re.IGNORECASE)
+OTHER_CLAMPS = {
+    "control/cartesian.py": {"critical_damping", "gain_problem"},  # eigenvalues ≥ 0
+    "control/law.py": {"integrate"},  # the integral term to ±i_clamp
+    "control/limits.py": {"velocity_bounds"},  # velocities to ±(velocity limit)
+    "simulation/joint_drives.py": {"hold", "command"},  # commands to the block's ranges
+}
 
 
 def _modules() -> list[Path]:
@@ -82,3 +95,41 @@ def test_modules_and_classes_are_small_enough_to_read():
                 if length > MAX_CLASS_LINES:
                     too_long.append(f"{path.relative_to(ROOT)}: class {node.name} {length} lines")
     assert not too_long, "\n".join(too_long)
+
+
+def _clamps(tree: ast.Module) -> list[tuple[str, ast.Call]]:
+    """(the enclosing function's name, the call) for each ``clip`` call (``np.clip``,
+    ``array.clip``) and ``minimum(maximum(…))`` nested either way round: how NumPy clamps."""
+    found = []
+
+    def visit(node: ast.AST, function: str) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            function = node.name
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            inner = node.args[0] if node.args else None
+            nested = {"minimum": "maximum", "maximum": "minimum"}.get(node.func.attr)
+            if node.func.attr == "clip" or (
+                    nested and isinstance(inner, ast.Call)
+                    and isinstance(inner.func, ast.Attribute) and inner.func.attr == nested):
+                found.append((function, node))
+        for child in ast.iter_child_nodes(node):
+            visit(child, function)
+
+    visit(tree, "")
+    return found
+
+
+def test_an_effort_is_clamped_in_one_place():
+    """Efforts are bounded by ``rb_dynamics.model.clamp_effort`` only (issue 36)."""
+    offenders = []
+    for path in _modules():
+        if path == EFFORT_CLAMP:
+            continue
+        text, where = path.read_text(), path.relative_to(PACKAGE).as_posix()
+        effort_layer = where.startswith(("control/", "simulation/"))
+        for function, call in _clamps(ast.parse(text)):
+            segment = ast.get_source_segment(text, call) or ""
+            if EFFORT_WORDS.search(segment) or (
+                    effort_layer and function not in OTHER_CLAMPS.get(where, ())):
+                offenders.append(f"{where}:{call.lineno} in {function}: {segment}")
+    assert not offenders, "clamp_effort, not a clamp of its own:\n" + "\n".join(offenders)

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """The simulator plays a real arm: its own armature and friction in the dynamics, and joint
-states as a driver's sensors report them (``simulation.sensors``), each against the truth the
+states as a driver's sensors report them (``rb_dynamics.sensing``), each against the truth the
 test simulated itself:
 
 - the true robot's dynamics (an overlay: armature, Coulomb + viscous + Stribeck friction)
@@ -32,7 +32,8 @@ from std_srvs.srv import SetBool
 from rb_dynamics import DEFAULT_URDF
 from rb_dynamics.dynamics import friction_effort, make_dynamics
 from rb_dynamics.model import DynamicsOverlay, apply_overlay, load_model, write_overlay
-from rb_dynamics.simulation import JointSensors, Simulator, StateHistory, step
+from rb_dynamics.sensing import JointSensors, StateHistory
+from rb_dynamics.simulation import Simulator, step
 
 BARE = load_model(DEFAULT_URDF)
 JOINTS = BARE.actuated_joint_names

@@ -47,7 +47,6 @@ from .law import (
     ControlLaw,
     ControllerError,
     check_gains,
-    clamp_effort,
     position_error,
     wrap_angle,
 )
@@ -119,7 +118,6 @@ __all__ = [
     "bound_effort",
     "check_gains",
     "check_point_field",
-    "clamp_effort",
     "command_step_problem",
     "evaluate_spline",
     "feasibility_report",

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rb_dynamics.dynamics import Dynamics, make_dynamics
-from rb_dynamics.model import Model, check_choice, name_list, repeated_names
+from rb_dynamics.model import Model, check_choice, clamp_effort, name_list, repeated_names
 
 from .feasibility import feedforward_violation, motion_violation
 from .law import CONTROL_MODES, REFERENCE_MODES, ControlLaw, ControllerError, check_gains
@@ -484,7 +484,7 @@ class JointController:
             low = -high
             self._limits = (self.effort_scale, low, high)
         wanted = tau if self._every_joint else tau[self.index]
-        command = np.minimum(np.maximum(wanted, low), high)
+        command = clamp_effort(wanted, high, lower=low)
         if self.limiter is not None:  # after the controller's clamp, as hardware limits act
             lower, upper = self.limiter.bounds(q, v)
             if not self._every_joint:
@@ -547,4 +547,4 @@ def holding_effort(controller: JointController) -> np.ndarray | None:
         return None
     tau = controller.law.holding_command(q)[controller.index]
     limit = controller.model.effort_limit[controller.index] * controller.effort_scale
-    return np.minimum(np.maximum(tau, -limit), limit)
+    return clamp_effort(tau, limit)

@@ -37,7 +37,6 @@ __all__ = [
     "ControlLaw",
     "ControllerError",
     "check_gains",
-    "clamp_effort",
     "position_error",
     "wrap_angle",
 ]
@@ -70,12 +69,6 @@ def position_error(
     if continuous.any():
         error = np.where(continuous, wrap_angle(error), error)
     return error
-
-
-def clamp_effort(model: Model, tau: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """τ clipped to the URDF effort limits, and a mask of the joints that were clipped."""
-    clipped = np.clip(tau, -model.effort_limit, model.effort_limit)
-    return clipped, clipped != tau
 
 
 class ControllerError(ValueError):

@@ -30,7 +30,7 @@ import math
 
 import numpy as np
 
-from rb_dynamics.model import Model
+from rb_dynamics.model import Model, clamp_effort
 
 __all__ = ["POSITION_BOUNDS_TOLERANCE", "SOFT_LIMIT_REACH_VELOCITY", "EffortLimiter",
            "bound_effort", "soft_limit_effort_bounds"]
@@ -129,8 +129,8 @@ class EffortLimiter:
                 vd = v
             else:
                 vd, v_min, v_max = v[d], v_min[d], v_max[d]
-            soft_min = np.minimum(np.maximum(neg_k_velocity * (vd - v_min), neg_limit), limit)
-            soft_max = np.minimum(np.maximum(neg_k_velocity * (vd - v_max), neg_limit), limit)
+            soft_min = clamp_effort(neg_k_velocity * (vd - v_min), limit, lower=neg_limit)
+            soft_max = clamp_effort(neg_k_velocity * (vd - v_max), limit, lower=neg_limit)
             if self._all_damped:
                 np.maximum(soft_min, lower, out=lower)
                 np.minimum(soft_max, upper, out=upper)

@@ -7,7 +7,8 @@
   offsets drawn from published ranges (fractions of each joint's effort limit);
 - ``synthetic_recording``: the joint states a sensor would record while that robot follows a
   ``FourierTrajectory`` exactly (inverse dynamics: its efforts are what the motion takes),
-  sampled at a rate with jitter, the efforts delayed, offset, noisy and with outliers.
+  sampled at a rate with jitter, the efforts delayed, then offset, noisy, with outliers and
+  the positions quantised by the one sensor model, ``rb_dynamics.sensing.JointSensors``.
 
 The efforts are the reference RNEA of the true model (its armature included) plus its friction:
 by default ``rb_dynamics.dynamics.friction_effort`` (the smooth law the simulator applies and
@@ -25,6 +26,7 @@ import numpy as np
 
 from rb_dynamics.dynamics import coulomb_bound, friction_effort, rnea
 from rb_dynamics.model import Model
+from rb_dynamics.sensing import JointSensors
 
 from .fourier import FourierTrajectory
 from .measurements import JointRecording
@@ -90,10 +92,15 @@ def perturbed_model(model: Model, rng: np.random.Generator, spread: float = 0.3,
 
 @dataclass(frozen=True)
 class SensorModel:
-    """How the joint states are measured: ``rate`` Hz with Gaussian ``jitter`` (s) on the
-    sample instants (the stamps say when each was taken), efforts ``delay`` s late, with noise
-    σ = ``noise`` + ``noise_relative``·|τ| and a fraction ``outliers`` of samples off by
-    5–10 σ; positions quantised to ``position_step`` (0: exact)."""
+    """How a recording's joint states are measured: ``rate`` Hz with Gaussian ``jitter`` (s)
+    on the sample instants (the stamps say when each was taken), efforts ``delay`` s late,
+    with noise σ = ``noise`` + ``noise_relative``·|τ| and a fraction ``outliers`` of samples
+    off by 5–10 σ; positions quantised to ``position_step`` (0: exact).
+
+    The instants are the recording's own (a grid with Gaussian jitter, not a live driver's
+    reading behind ``now``); the values are measured by
+    ``rb_dynamics.sensing.joint_sensors.JointSensors.measure`` (``sensors``), which refuses a
+    negative option or ``outliers`` above 1."""
 
     rate: float = 1000.0
     jitter: float = 0.0
@@ -102,6 +109,14 @@ class SensorModel:
     noise_relative: float = 0.0
     outliers: float = 0.0
     position_step: float = 0.0
+
+    def sensors(self, effort_offset: np.ndarray) -> JointSensors:
+        """The joint sensors that measure the values, with the true robot's effort offset;
+        its ``effort_delay`` is this ``delay`` (positions are not delayed)."""
+        return JointSensors(effort_offset, effort_noise=self.noise,
+                            effort_noise_relative=self.noise_relative,
+                            encoder_resolution=self.position_step, effort_delay=self.delay,
+                            outliers=self.outliers)
 
 
 def sign_law_friction(model: Model, v) -> np.ndarray:
@@ -145,15 +160,9 @@ def synthetic_recording(true_model: Model, trajectory: FourierTrajectory, period
         tau = rnea(true_model, Q, V, A) + friction(true_model, V)
         return tau[:, vi]
 
+    sensors = sensor.sensors(true_model.effort_offset[vi])
     q, qd, _ = motion(stamps)
-    tau = true_effort(stamps - sensor.delay)
-    sigma = sensor.noise + sensor.noise_relative * np.abs(tau)
-    effort = tau + true_model.effort_offset[vi] + rng.standard_normal(tau.shape) * sigma
-    if sensor.outliers:
-        hit = rng.random(tau.shape) < sensor.outliers
-        effort += hit * rng.choice([-1.0, 1.0], tau.shape) * rng.uniform(5, 10, tau.shape) * sigma
-    if sensor.position_step:
-        q = np.round(q / sensor.position_step) * sensor.position_step
+    q, effort, sigma = sensors.measure(q, true_effort(stamps - sensors.effort_delay), rng)
     recording = JointRecording.checked(trajectory.joints, stamps, q, effort, qd,
                                        source="synthetic recording")
     return recording, sigma

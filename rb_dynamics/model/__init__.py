@@ -2,7 +2,8 @@
 """The robot model: spatial algebra (``spatial``), joint models (``joints``), the kinematic
 tree (``tree``: ``Model``, ``build_model``), the URDF reader (``urdf``: ``load_model``, on the
 safe XML and number readers of ``xml_reading``), the ``<ros2_control>`` interfaces a URDF
-declares (``ros2_control``) and the input checks (``checks``).
+declares (``ros2_control``), the input checks (``checks``) and the one clamp of an effort to
+the URDF's effort limits (``effort_clamp``).
 
 Needs only NumPy. Nothing here imports another layer of the package.
 """
@@ -18,6 +19,7 @@ from .checks import (
     read_text_file,
     repeated_names,
 )
+from .effort_clamp import clamp_effort, clamp_effort_with_mask
 from .joints import (
     JOINT_DIMENSIONS,
     ONE_DOF_KINDS,
@@ -122,6 +124,8 @@ __all__ = [
     "check_choice",
     "check_positive",
     "check_rotational_inertia",
+    "clamp_effort",
+    "clamp_effort_with_mask",
     "command_layout",
     "crf",
     "crm",

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Forward-dynamics simulation without ROS: integrators, the implicit friction step, the
-``Simulator``, compiled steps, the joint drives of a simulated ``<ros2_control>`` block and the
-joint sensors of a real arm's driver (delay, jitter, noise, offset, quantisation).
+``Simulator``, compiled steps and the joint drives of a simulated ``<ros2_control>`` block
+(what a driver's sensors make of the simulated state is ``rb_dynamics.sensing``).
 
 Imports ``rb_dynamics.dynamics`` and ``rb_dynamics.model``.
 """
@@ -26,7 +26,6 @@ from .joint_drives import (
     servo_gains,
     step_spectral_radius,
 )
-from .sensors import JointSensors, Reading, StateHistory
 from .simulator import (
     FRICTION_LAWS,
     INTEGRATORS,
@@ -50,17 +49,14 @@ __all__ = [
     "FRICTION_LAWS",
     "INTEGRATORS",
     "JointDrives",
-    "JointSensors",
     "STABILITY_MARGIN",
     "NEWTON_ITERATIONS",
     "STICK_SLIP_SWEEPS",
     "STICK_SLIP_TOLERANCE",
-    "Reading",
     "ServoGains",
     "ServoSimulator",
     "SimulationStep",
     "Simulator",
-    "StateHistory",
     "Trace",
     "apply_position_limits",
     "compiled_steps",

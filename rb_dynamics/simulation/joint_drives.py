@@ -55,6 +55,7 @@ from rb_dynamics.model import (
     Model,
     check_choice,
     check_positive,
+    clamp_effort,
 )
 
 from .simulator import INTEGRATORS, Simulator
@@ -229,7 +230,7 @@ class JointDrives:
                                                                 <= self.command_timeout))
             if self.compensation is not None:
                 tau = tau + self.compensation(q, v)[self.v_index]
-            return np.minimum(np.maximum(tau, self._lowest), self.effort_limit)
+            return clamp_effort(tau, self.effort_limit, tau, lower=self._lowest)
         fresh = (t - self.stamp) <= self.command_timeout
         position, velocity, effort = self.active
         servo = position | velocity
@@ -241,7 +242,7 @@ class JointDrives:
             tau = tau + np.where(servo, self.gravity(q)[self.v_index], 0.0)
         if self.compensation is not None:
             tau = tau + np.where(servo, 0.0, self.compensation(q, v)[self.v_index])
-        return np.clip(tau, -self.effort_limit, self.effort_limit)
+        return clamp_effort(tau, self.effort_limit, tau, lower=self._lowest)
 
     def effort(self, q: np.ndarray, v: np.ndarray, t: float) -> np.ndarray:
         """τ over the model's velocity coordinates (zero on joints without a drive)."""

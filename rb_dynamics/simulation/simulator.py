@@ -53,6 +53,7 @@ from rb_dynamics.model import (
     Model,
     check_choice,
     check_positive,
+    clamp_effort_with_mask,
     finite_array,
     quat_to_matrix,
     skew,
@@ -439,15 +440,16 @@ class Simulator:
     def set_command(self, tau: np.ndarray) -> np.ndarray:
         """Hold ``tau`` (clamped to the effort limits); returns the mask of clamped joints."""
         tau = dynamics.check_vector(tau, self.model.nv, "tau")
-        self.command = np.clip(tau, -self.model.effort_limit, self.model.effort_limit)
+        self.command, clamped = clamp_effort_with_mask(tau, self.model.effort_limit)
         self.command_time = self.time
-        return self.command != tau
+        return clamped
 
     # True when ``effort_at`` depends on the state (a subclass with joint servos): the compiled
     # roll-out then calls it back before each step instead of tabulating it ahead
     state_feedback = False
     # Told (times, q, v, effort) of the steps taken, one row per step: its start time and state
-    # and the effort it applied (``sensors.StateHistory.record``, for delayed readings)
+    # and the effort it applied (for delayed readings:
+    # ``rb_dynamics.sensing.joint_sensors.StateHistory.record``)
     recorder: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], None] | None = None
 
     def effort_at(self, t: float, q: np.ndarray, v: np.ndarray) -> np.ndarray:

@@ -34,7 +34,7 @@ it makes (external_wrench.py).
 
 The real arm (docs/simulator.md): ``dynamics_overlay`` gives the simulated robot its own
 armature, friction (Coulomb, viscous, Stribeck) and effort-sensor offset; joint_states then
-report what a driver's sensors would (``simulation.sensors``: ``effort_noise`` and
+report what a driver's sensors would (``rb_dynamics.sensing``: ``effort_noise`` and
 ``effort_noise_relative``, the offset, ``effort_resolution``, ``encoder_resolution``,
 ``measurement_delay``, ``effort_delay``, ``publish_jitter``, stamped as ``measurement_stamp``
 says). All off by default: the simulated state, exact, stamped when it is published.
@@ -71,7 +71,7 @@ from rb_dynamics.ros.constraint_parameters import PREFIX, ConstraintParameters
 from rb_dynamics.ros.conversions import ConversionError, JointLayout, from_seconds, to_seconds
 from rb_dynamics.ros.model_source import ModelSource
 from rb_dynamics.ros.runtime import ThrottledLogger
-from rb_dynamics.simulation import StateHistory
+from rb_dynamics.sensing import StateHistory
 from rb_dynamics_interfaces.srv import SetState
 
 from .commands import CommandInputs
@@ -362,7 +362,7 @@ class SimulatorNode(Node):
         return effort
 
     def _publish(self) -> None:
-        """The state the driver's sensors report now (``simulation.sensors``), stamped with
+        """The state the driver's sensors report now (``rb_dynamics.sensing``), stamped with
         the instant it describes or the one it was sampled at (``measurement_stamp``)."""
         now, sim = self.sim.time, self.sim
         qi, vi = self.joint_layout.q_index, self.joint_layout.v_index

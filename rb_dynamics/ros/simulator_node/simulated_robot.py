@@ -24,9 +24,9 @@ from rb_dynamics.model import (
     read_ros2_control,
 )
 from rb_dynamics.ros.conversions import JointLayout
+from rb_dynamics.sensing import JointSensors
 from rb_dynamics.simulation import (
     JointDrives,
-    JointSensors,
     ServoSimulator,
     make_drives,
     servo_gains,

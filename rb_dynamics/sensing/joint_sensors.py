@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""What a real arm's driver reports, made from the simulated truth: the joint sensors.
+"""What a real arm's driver reports, made from the true state: the joint sensors.
 
-A ``JointSensors`` reading of the simulated joints at the instant ``now`` (simulated seconds):
+A ``JointSensors`` reading of the joints at the instant ``now`` (simulated seconds):
 
 - **timing**: the driver samples the arm ``u`` s before ``now``, u uniform in [0, ``jitter``]
   (the irregular cycle of a real driver's loop), and what it samples describes the arm
@@ -14,12 +14,14 @@ A ``JointSensors`` reading of the simulated joints at the instant ``now`` (simul
 - **effort**: measured = applied + offset + noise, the noise Gaussian with σ = ``effort_noise``
   + ``effort_noise_relative``·|applied| (N·m or N, and a fraction); the offset is the
   model's ``effort_offset`` (a dynamics overlay's ``offset``), a bias of the sensor only: the
-  arm moves under the applied effort. Then quantised to ``effort_resolution``.
+  arm moves under the applied effort. A fraction ``outliers`` of the values is off by a
+  further 5–10 σ either way (a glitch of the bus). Then quantised to ``effort_resolution``.
 - **positions**: quantised to ``encoder_resolution`` (rad or m per count). Velocities are
   the simulated ones (a drive's own estimate), delayed like the positions.
 
-Every option at 0 gives the simulated state exactly, at ``now``. ``StateHistory`` keeps the
-recent steps a delayed reading needs (``Simulator.recorder`` feeds it).
+Every option at 0 gives the true state exactly, at ``now``. ``StateHistory`` keeps the
+recent steps a delayed reading needs (``Simulator.recorder`` feeds it). ``measure`` is the
+values' part alone, for readings whose instants the caller chooses (a synthetic recording's).
 """
 
 from __future__ import annotations
@@ -144,7 +146,8 @@ class JointSensors:
 
     ``effort_offset`` (width,) N·m or N. Times in seconds, noise σ in N·m or N (absolute)
     and a fraction of |effort| (relative), resolutions in rad or m per count and N·m or N.
-    Raises ValueError naming an option that is negative or not finite.
+    ``outliers`` is a fraction (at most 1). Raises ValueError naming an option that is
+    negative or not finite, or ``outliers`` above 1.
     """
 
     effort_offset: np.ndarray
@@ -155,15 +158,18 @@ class JointSensors:
     delay: float = 0.0
     effort_delay: float = 0.0
     jitter: float = 0.0
+    outliers: float = 0.0
 
     def __post_init__(self) -> None:
         self.effort_offset = np.asarray(self.effort_offset, dtype=float)
         for name in ("effort_noise", "effort_noise_relative", "effort_resolution",
-                     "encoder_resolution", "delay", "effort_delay", "jitter"):
+                     "encoder_resolution", "delay", "effort_delay", "jitter", "outliers"):
             value = float(getattr(self, name))
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name} must be finite and ≥ 0, got {value}")
             setattr(self, name, value)
+        if self.outliers > 1:
+            raise ValueError(f"outliers is a fraction, at most 1, got {self.outliers}")
         self._last_sampled = -math.inf
 
     @property
@@ -187,21 +193,39 @@ class JointSensors:
         self._last_sampled = sampled
         describes = sampled - self.delay
         q, v = history.state(describes)
-        return self._measured(sampled, describes, q, v,
-                              history.effort(describes - self.effort_delay), rng)
+        return self._reading(sampled, describes, q, v,
+                             history.effort(describes - self.effort_delay), rng)
 
     def read_current(self, now: float, q: np.ndarray, v: np.ndarray, effort: np.ndarray,
                      rng: np.random.Generator) -> Reading:
         """The reading of the state at ``now`` itself: for sensors without delays or jitter
         (``span`` 0), which need no history."""
-        return self._measured(now, now, q, v, effort, rng)
+        return self._reading(now, now, q, v, effort, rng)
 
-    def _measured(self, sampled: float, describes: float, q: np.ndarray, v: np.ndarray,
-                  applied: np.ndarray, rng: np.random.Generator) -> Reading:
-        """Offset, noise and quantisation on the true values (each skipped when off)."""
+    def _reading(self, sampled: float, describes: float, q: np.ndarray, v: np.ndarray,
+                 applied: np.ndarray, rng: np.random.Generator) -> Reading:
+        position, effort, _ = self.measure(q, applied, rng)
+        return Reading(sampled, describes, position, v, effort)
+
+    def measure(self, q: np.ndarray, applied: np.ndarray, rng: np.random.Generator
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(positions, efforts, σ) measured of the true positions ``q`` and applied efforts
+        ``applied``, one reading (width,) or many (N, width): offset, noise, outliers and
+        quantisation as the module docstring says, σ each effort's noise (0 when off).
+
+        Draws from ``rng`` only when there is noise: N(0, 1) for every effort, then (with
+        ``outliers``) which are outliers, their signs and their sizes, in that order.
+        """
         effort = applied + self.effort_offset
         if self.effort_noise > 0 or self.effort_noise_relative > 0:
             sigma = self.effort_noise + self.effort_noise_relative * np.abs(applied)
-            effort += sigma * rng.standard_normal(len(effort))
-        return Reading(sampled, describes, _quantised(q, self.encoder_resolution), v,
-                       _quantised(effort, self.effort_resolution))
+            effort += sigma * rng.standard_normal(effort.shape)
+            if self.outliers:
+                shape = effort.shape
+                hit = rng.random(shape) < self.outliers
+                effort += (hit * rng.choice([-1.0, 1.0], shape) * rng.uniform(5, 10, shape)
+                           * sigma)
+        else:
+            sigma = np.zeros(effort.shape)
+        return (_quantised(q, self.encoder_resolution), _quantised(effort, self.effort_resolution),
+                sigma)
