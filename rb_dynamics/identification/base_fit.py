@@ -36,7 +36,7 @@ from .payload import IdentificationError
 from .preprocessing import PeriodicData, low_pass
 
 __all__ = ["MAX_CONDITION_FIT", "SMOOTHING_CANDIDATES", "BaseFit", "Validation",
-           "fit_base_parameters", "validate", "with_smoothing"]
+           "fit_base_parameters", "scaled_by_validation", "validate", "with_smoothing"]
 
 MAX_CONDITION_FIT = 1e4  # of the column-scaled weighted regressor
 MAX_DELAY = 0.02  # s searched either side of zero
@@ -60,6 +60,8 @@ class BaseFit:
     residual_rms: np.ndarray  # (n,) of the filtered averaged fit data
     R: np.ndarray  # (r, r): ‖R (β − β̂)‖² is the χ² increase of parameters β
     cutoff: float
+    factor: np.ndarray  # (r, r) s·R_A⁻¹ (A = Q R_A, the weighted regressor): cov = F Fᵀ
+    shares: np.ndarray  # (n, r, r) joint j's rows' part of QᵀQ = 1 (A = Q R_A)
 
     @property
     def smoothing(self) -> float:
@@ -177,17 +179,38 @@ def fit_base_parameters(base: BaseParameters, data: PeriodicData, *, cutoff: flo
     y = target(delay)
     beta = scipy.linalg.solve_triangular(R, Q.T @ y)
     residual = y - A @ beta
-    dof = max(len(y) - base.count, 1)
+    # the rows sample a band-limited periodic signal: per joint only its in-band Fourier
+    # coefficients are free (the residual has no others, and neighbouring rows are not
+    # independent), so they count the degrees of freedom: s² is the variance per coefficient,
+    # which is what the covariance needs (counting rows would understate it by their
+    # oversampling, about 4 at 8 rows per cycle of the cutoff)
+    n = base.layout.n_joints
+    rows = len(y) // n
+    bins = int(np.count_nonzero(np.fft.rfftfreq(len(data.phase), 1.0 / rate) <= cutoff))
+    dof = max(n * min(2 * bins - 1, rows) - base.count, 1)
     # no effort is known better than 1e-6 of its size: exact data keep a finite weight
     s2 = max(float(residual @ residual) / dof, 1e-12 * float(y @ y) / len(y))
     Rinv = scipy.linalg.solve_triangular(R, np.eye(base.count))
     covariance = s2 * Rinv @ Rinv.T
-    res_rms = np.sqrt(np.mean((residual.reshape(-1, base.layout.n_joints) / weight) ** 2,
-                              axis=0))
+    # each joint's share of the information, in the orthonormal basis Q (they sum to 1)
+    Qj = Q.reshape(rows, n, base.count)
+    shares = np.einsum("kjr,kjs->jrs", Qj, Qj)
+    res_rms = np.sqrt(np.mean((residual.reshape(-1, n) / weight) ** 2, axis=0))
     norms = np.linalg.norm(A, axis=0)
     s_vals = np.linalg.svd(A / norms, compute_uv=False)
     return BaseFit(base, beta, covariance, delay, data.noise, float(s_vals[0] / s_vals[-1]),
-                   res_rms, R / math.sqrt(s2), cutoff)
+                   res_rms, R / math.sqrt(s2), cutoff, math.sqrt(s2) * Rinv, shares)
+
+
+def scaled_by_validation(fit: BaseFit, ratio: np.ndarray) -> BaseFit:
+    """``fit`` with its covariance grown where its validation contradicts the noise model: the
+    errors of joint j's rows have max(1, r_j)² times the variance the fit assumed (r_j its
+    held-out RMS over its noise σ), so cov(β̂) = (AᵀA)⁻¹ Aᵀ D A (AᵀA)⁻¹ (the sandwich of
+    weighted least squares) with D = max(1, r_j)² on joint j's rows: the fit's covariance
+    unchanged where every r_j ≤ 1."""
+    d = np.maximum(np.asarray(ratio, dtype=float), 1.0) ** 2
+    middle = np.einsum("j,jrs->rs", d, fit.shares)
+    return dataclasses.replace(fit, covariance=fit.factor @ middle @ fit.factor.T)
 
 
 def _check_excitation(base: BaseParameters, A: np.ndarray, norms: np.ndarray) -> None:

@@ -2,11 +2,14 @@
 """The whole fit, from a recording and a URDF to the corrected model and its report.
 
 ``identify`` runs: the layout and base parameters of the URDF's model → the recording aligned
-with the plan and averaged over its periods → the base parameters by WLS (delay estimated) →
-the physically consistent set by SDP → the validation of both on the held-out period(s).
+with the plan and averaged over its periods, and how it executed the plan (range and speed
+covered, tracking error) → the base parameters by WLS (delay estimated) → the physically
+consistent set by SDP → the validation of both on the held-out period(s), which scales the
+base parameters' covariance where it contradicts the noise model.
 ``write_identification`` puts the corrected URDF, the overlay, ``report.json`` and the plot
 into a folder, all or nothing, never over an input. Nothing is written unless the whole fit
-succeeded; ``poor_fit`` says when its validation is too poor to use.
+succeeded; ``poor_fit`` says when it is too poor to use: a validation the model does not
+explain, or a joint that did not execute its excitation.
 """
 
 from __future__ import annotations
@@ -27,12 +30,12 @@ from rb_dynamics import __version__
 from rb_dynamics.dynamics import gravity
 from rb_dynamics.model import Model, load_model, write_overlay
 
-from .base_fit import BaseFit, Validation, fit_base_parameters, validate
+from .base_fit import BaseFit, Validation, fit_base_parameters, scaled_by_validation, validate
 from .base_parameters import BaseParameters, base_parameters
 from .consistency import ConsistentFit, consistent_parameters, pseudo_inertia
 from .fourier import FourierTrajectory
 from .measurements import JointRecording, RecordingError
-from .preprocessing import PeriodicData, align, periodic_data
+from .preprocessing import MIN_COVERAGE, Execution, PeriodicData, align, execution, periodic_data
 from .regressor import ParameterLayout, body_parameters
 from .results import (
     corrected_urdf,
@@ -65,7 +68,8 @@ class Identification:
     layout: ParameterLayout
     base: BaseParameters
     data: PeriodicData
-    fit: BaseFit
+    execution: Execution
+    fit: BaseFit  # its covariance scaled by the validation (``scaled_by_validation``)
     validation: Validation
     consistent: ConsistentFit | None
     consistent_validation: Validation | None
@@ -114,6 +118,7 @@ def identify(urdf_text: str, recording: JointRecording, plan: FourierTrajectory,
                          bandwidth=cutoff)
     say(f"averaged {data.periods} periods ({data.outliers} outlying samples dropped); "
         "noise σ " + ", ".join(f"{s:.3g}" for s in data.noise))
+    executed = execution(data, plan)
     fit = fit_base_parameters(base, data, cutoff=cutoff, delay=delay, progress=say)
     say(f"fit: delay {fit.delay * 1e3:.2f} ms, Coulomb smoothing {fit.smoothing:g}, "
         f"condition {fit.condition:.1f}")
@@ -129,7 +134,8 @@ def identify(urdf_text: str, recording: JointRecording, plan: FourierTrajectory,
     say("validation on the held-out period(s)")
     validation, *rest = validate(fit, data, [fit.beta] + ([cfit.beta] if cfit else []))
     cval = rest[0] if rest else None
-    return Identification(urdf_text, layout, base, data, fit, validation, cfit, cval,
+    fit = scaled_by_validation(fit, validation.ratio)
+    return Identification(urdf_text, layout, base, data, executed, fit, validation, cfit, cval,
                           identified_model(layout, theta), welded, time.monotonic() - t0)
 
 
@@ -149,8 +155,13 @@ def identification_report(ident: Identification, provenance: dict[str, str]) -> 
         "excitation_start_s": ident.data.start, "outliers_dropped": ident.data.outliers,
         "delay_s": fit.delay, "coulomb_smoothing": fit.smoothing, "condition": fit.condition,
         "noise_sigma": _rounded(fit.noise),
+        "execution": {"range_covered": _rounded(ident.execution.range),
+                      "peak_speed_covered": _rounded(ident.execution.speed),
+                      "tracking_rms": _rounded(ident.execution.tracking),
+                      "min_covered": MIN_COVERAGE},
         "validation": {"rms": _rounded(ident.validation.rms),
-                       "rms_over_sigma": _rounded(ident.validation.ratio)},
+                       "rms_over_sigma": _rounded(ident.validation.ratio),
+                       "std_scale": _rounded(np.maximum(ident.validation.ratio, 1.0))},
         "base": [{"name": name, "combination": base.combination(k), "value": float(fit.beta[k]),
                   "std": float(fit.std[k])} for k, name in enumerate(base.names())],
         "seconds": round(ident.seconds, 2),
@@ -170,17 +181,31 @@ def identification_report(ident: Identification, provenance: dict[str, str]) -> 
 
 
 def poor_fit(ident: Identification) -> str | None:
-    """Why the written model's validation is poor (a joint's held-out RMS over its noise σ
-    above ``MAX_VALIDATION_RATIO``), or None. The written model is the consistent set when there
-    is one, else the least-squares fit."""
+    """Why the fit is too poor to use, or None: a joint that covered less than
+    ``MIN_COVERAGE`` of its planned range or peak speed (its parameters cannot be known from
+    the recording), and a joint whose held-out RMS over its noise σ is above
+    ``MAX_VALIDATION_RATIO`` for the written model (the consistent set when there is one,
+    else the least-squares fit)."""
+    reasons = []
+    names, ex = ident.layout.joints, ident.execution
+    short = ex.short()
+    if len(short):
+        which = ", ".join(f"{names[j]} (range {ex.range[j]:.0%}, speed {ex.speed[j]:.0%})"
+                          for j in short)
+        reasons.append(
+            f"the excitation was not executed: below {MIN_COVERAGE:.0%} of the planned range "
+            f"or peak speed for {which}: the parameters of its joints cannot be known from "
+            "this recording (a controller too soft for the plan: armature in the URDF, higher "
+            "gains, or a slower plan)")
     validation = ident.consistent_validation or ident.validation
     poor = np.flatnonzero(~(validation.ratio <= MAX_VALIDATION_RATIO))
-    if not len(poor):
-        return None
-    worst = ", ".join(f"{ident.layout.joints[j]} {validation.ratio[j]:.2f}" for j in poor)
-    return (f"the model does not explain the held-out period: validation RMS/σ above "
+    if len(poor):
+        worst = ", ".join(f"{names[j]} {validation.ratio[j]:.2f}" for j in poor)
+        reasons.append(
+            f"the model does not explain the held-out period: validation RMS/σ above "
             f"{MAX_VALIDATION_RATIO:g} for {worst} (the arm differs from the model: unmodelled "
             "friction, a payload, a loose joint, or a recording that is not the plan's)")
+    return "; ".join(reasons) or None
 
 
 def write_identification(ident: Identification, out: Path, provenance: dict[str, str],

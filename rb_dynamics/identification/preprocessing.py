@@ -9,7 +9,10 @@
    periods, σ robust and local in phase), the noise σ per joint estimated from their
    spread; positions fitted by a Fourier series, whose derivatives give velocities and
    accelerations;
-3. ``low_pass``: the ideal low-pass of periodic data (its Fourier series cut at a frequency:
+3. ``execution``: how the recorded motion executed the plan, per joint (range and peak speed
+   covered, tracking error): a joint that moved much less than planned was not excited, and
+   its parameters cannot be known from the recording;
+4. ``low_pass``: the ideal low-pass of periodic data (its Fourier series cut at a frequency:
    zero phase, no edges), applied alike to efforts and regressor columns, so it removes noise
    and biases nothing; the same cut moves the efforts by the delay (a phase shift).
 """
@@ -29,10 +32,13 @@ from .measurements import JointRecording, RecordingError
 __all__ = [
     "LOCAL_WINDOW",
     "MAX_HOLE_SAMPLES",
+    "MIN_COVERAGE",
     "OUTLIER_SIGMAS",
+    "Execution",
     "LocalMotion",
     "PeriodicData",
     "align",
+    "execution",
     "low_pass",
     "local_motion",
     "periodic_data",
@@ -45,6 +51,13 @@ MIN_FIT_PERIODS = 2  # the noise comes from their spread
 # states lost in a row inside the excitation that interpolation may bridge (a late sample, a
 # jittery clock); a longer hole is data that was never recorded
 MAX_HOLE_SAMPLES = 5
+# the least share of its planned range and of its planned peak speed a joint must cover: the
+# information on its armature and friction grows with the square of its accelerations and
+# speeds, so at half the plan it has a quarter of what the plan was chosen for; a controller
+# that follows a feasible plan covers over 90 %, one too soft for the joint far less (a light
+# wrist without armature under computed torque: 17–56 %), and then the efforts hold more of
+# what the model does not write than of what it does
+MIN_COVERAGE = 0.5
 
 
 @dataclass(frozen=True, eq=False)
@@ -200,6 +213,32 @@ def periodic_data(recording: JointRecording, period: float, start: float, period
                      local_motion(recording, start + k * period, start + (k + 1) * period)))
     return PeriodicData(phase, *motion, effort, noise, periods - held_out, held,
                         int((~keep).sum()), start)
+
+
+@dataclass(frozen=True, eq=False)
+class Execution:
+    """How the recording executed the plan, per joint (n,): ``range`` the recorded range
+    (max − min of q over the averaged fitted period) over the planned one, ``speed`` the
+    recorded peak |q̇| over the planned one, ``tracking`` the RMS of recorded minus planned q
+    (rad or m) at the same phases of the aligned period."""
+
+    range: np.ndarray
+    speed: np.ndarray
+    tracking: np.ndarray
+
+    def short(self) -> np.ndarray:
+        """The joints that covered less than ``MIN_COVERAGE`` of their planned range or speed."""
+        return np.flatnonzero(~((self.range >= MIN_COVERAGE) & (self.speed >= MIN_COVERAGE)))
+
+
+def execution(data: PeriodicData, plan: FourierTrajectory) -> Execution:
+    """The ``Execution`` of ``plan`` seen in ``data`` (whose phase 0 is the plan's, as
+    ``align`` found it)."""
+    q, qd, _ = plan.evaluate(data.phase)
+    tiny = 1e-12
+    return Execution(np.ptp(data.q, axis=0) / np.maximum(np.ptp(q, axis=0), tiny),
+                     np.abs(data.qd).max(axis=0) / np.maximum(np.abs(qd).max(axis=0), tiny),
+                     np.sqrt(np.mean((data.q - q) ** 2, axis=0)))
 
 
 def _check_holes(recording: JointRecording, start: float, end: float) -> None:

@@ -127,7 +127,8 @@ def _parser() -> argparse.ArgumentParser:
     fit.add_argument("--delay", type=_number(-1.0, 1.0), help="the effort delay, s "
                      "(default: estimated)")
     fit.add_argument("--accept-poor-fit", action="store_true", help="write the results even "
-                     "when a joint's validation RMS/σ is above 2")
+                     "when a joint's validation RMS/σ is above 2, or a joint covered less than "
+                     "half its planned range or peak speed (a warning names it)")
     fit.add_argument("--cutoff", type=POSITIVE, default=10.0, help="low-pass, Hz (10; below "
                      "half the recording's rate)")
     _common(fit)
@@ -243,11 +244,16 @@ def _fit(args, say: Progress) -> int:
     print(f"base parameters {ident.base.count}, condition {ident.fit.condition:.1f}, delay "
           f"{ident.fit.delay * 1e3:.2f} ms, {ident.data.periods} periods fitted, "
           f"{len(ident.data.held_out)} held out; fit {ident.seconds:.1f} s")
-    print(f"{'joint':24s} {'noise σ':>9s} {'val RMS':>9s} {'RMS/σ':>7s}"
-          + (f" {'consistent RMS/σ':>17s}" if c is not None else ""))
+    ex = ident.execution
+    print(f"{'joint':24s} {'range':>6s} {'speed':>6s} {'track RMS':>9s} {'noise σ':>9s} "
+          f"{'val RMS':>9s} {'RMS/σ':>7s}" + (f" {'consistent RMS/σ':>17s}" if c is not None
+                                               else ""))
     for j, name in enumerate(ident.layout.joints):
-        print(f"{name:24s} {ident.fit.noise[j]:9.4f} {v.rms[j]:9.4f} {v.ratio[j]:7.3f}"
+        print(f"{name:24s} {ex.range[j]:6.0%} {ex.speed[j]:6.0%} {ex.tracking[j]:9.4f} "
+              f"{ident.fit.noise[j]:9.4f} {v.rms[j]:9.4f} {v.ratio[j]:7.3f}"
               + (f" {c.ratio[j]:17.3f}" if c is not None else ""))
+    print("range, speed: the recorded range and peak speed over the plan's; parameter σ scaled "
+          "by max(1, RMS/σ) of their joints")
     poor = poor_fit(ident)
     if poor is not None and not args.accept_poor_fit:
         print(f"rb_dynamics_identify fit: {poor}; nothing written (--accept-poor-fit writes "
@@ -256,8 +262,9 @@ def _fit(args, say: Progress) -> int:
     paths = write_identification(ident, args.out, {
         "bag": str(args.bag.resolve()), "urdf": str(Path(args.urdf).resolve()),
         "plan": str(args.plan.resolve())}, inputs=inputs)
-    if poor is not None:
-        say(f"written as asked (--accept-poor-fit), although {poor}")
+    if poor is not None:  # a warning even with --quiet: the results are not to be trusted
+        print(f"rb_dynamics_identify fit: warning: written as asked (--accept-poor-fit), "
+              f"although {poor}", file=sys.stderr)
     for kind, path in paths.items():
         print(f"{kind}: {path}")
     return EXIT_OK
