@@ -27,15 +27,13 @@ loop's stability at the measured state period) before it applies, or refused nam
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from geometry_msgs.msg import PoseStamped, TwistStamped, WrenchStamped
-from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
-from rclpy.parameter import Parameter
 
 from rb_dynamics.control import (
     CartesianGains,
@@ -103,7 +101,6 @@ class CartesianMode:
         self.error_pub = node.create_publisher(TwistStamped, "~/cartesian/error", 10)
         self.wrench_pub = node.create_publisher(WrenchStamped, "~/cartesian/wrench", 10)
         self.diagnostics_pub = node.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        node.add_on_set_parameters_callback(self._on_set_parameters)
         self._timer = node.create_timer(1.0 / self.settings["cartesian.publish_rate"],
                                         self._publish_state)
         node.create_timer(1.0, self.publish_diagnostics)
@@ -174,35 +171,35 @@ class CartesianMode:
 
     # ------------------------------------------------------------------ parameters
 
-    def _on_set_parameters(self, parameters: list[Parameter]) -> SetParametersResult:
-        """cartesian.* checked whole, then applied under the loop's lock."""
-        changes = {p.name: p.value for p in parameters if p.name in CARTESIAN_PARAMETERS}
-        if not changes:
-            return SetParametersResult(successful=True)
-        try:
-            settings = dict(self.settings)
-            for name, value in changes.items():
-                settings[name] = ros_params.check(name, CARTESIAN_PARAMETERS[name], value)
-            _gains(settings)
-            controller = self.loop.controller
-            candidate = None
-            if controller is not None:
-                candidate = self._build(controller, settings)
-                q = controller.q if controller.q is not None \
-                    else controller.model.neutral_configuration()
-                why = candidate.gain_problem(q, self.loop.stability.loop_period)
-                if why is not None:
-                    raise ControllerError(why)
-        except (ControllerError, ValueError) as exc:
-            self.node.get_logger().warning(f"parameter change refused: {exc}")
-            return SetParametersResult(successful=False, reason=str(exc))
-        with self.loop.lock:
+    def validate_parameters(self, changes: Mapping[str, Any]) -> Callable[[], None] | None:
+        """cartesian.* among ``changes`` (name → value) checked whole, with no side effect:
+        ValueError naming a refused value; else what sets them (under the loop's lock; None:
+        none is set)."""
+        mine = {name: value for name, value in changes.items() if name in CARTESIAN_PARAMETERS}
+        if not mine:
+            return None
+        settings = dict(self.settings)
+        for name, value in mine.items():
+            settings[name] = ros_params.check(name, CARTESIAN_PARAMETERS[name], value)
+        _gains(settings)
+        controller = self.loop.controller
+        candidate = None
+        if controller is not None:
+            candidate = self._build(controller, settings)
+            q = controller.q if controller.q is not None \
+                else controller.model.neutral_configuration()
+            why = candidate.gain_problem(q, self.loop.stability.loop_period)
+            if why is not None:
+                raise ControllerError(why)
+
+        def apply() -> None:
             self.settings = settings
             if controller is not None and self.loop.controller is controller:
                 self._apply(controller, candidate)
-        if "cartesian.publish_rate" in changes:
-            self._timer.timer_period_ns = int(1e9 / settings["cartesian.publish_rate"])
-        return SetParametersResult(successful=True)
+            if "cartesian.publish_rate" in mine:
+                self._timer.timer_period_ns = int(1e9 / settings["cartesian.publish_rate"])
+
+        return apply
 
     def _apply(self, controller: JointController, candidate: CartesianImpedance) -> None:
         """The checked law's settings on the running one (same link: the target stays), or

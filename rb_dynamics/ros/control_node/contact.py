@@ -33,13 +33,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from geometry_msgs.msg import WrenchStamped
-from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
-from rclpy.parameter import Parameter
 from sensor_msgs.msg import JointState
 from std_srvs.srv import Trigger
 
@@ -125,7 +125,6 @@ class ContactMonitor:
         self.collision_pub = node.create_publisher(CollisionMessage, "~/collision", 10)
         self.diagnostics_pub = node.create_publisher(DiagnosticArray, "/diagnostics", 10)
         node.create_service(Trigger, "~/reset_collision", self._on_reset)
-        node.add_on_set_parameters_callback(self._on_set_parameters)
         node.create_timer(1.0, self.publish_diagnostics)
         self._due = node.create_guard_condition(self._publish)  # outputs, on the executor
         # what the loop's thread hands the executor: (parts, stamp ns), q and the estimate
@@ -342,23 +341,24 @@ class ContactMonitor:
         self.log.info(f"~/reset_collision: {response.message}")
         return response
 
-    def _on_set_parameters(self, parameters: list[Parameter]) -> SetParametersResult:
-        """contact.* checked, then (for the current controller) built; the next state uses
-        them (the observer restarts)."""
-        changes = {p.name: p.value for p in parameters if p.name in CONTACT_PARAMETERS}
-        if not changes:
-            return SetParametersResult(successful=True)
-        try:
-            settings = dict(self.settings)
-            for name, value in changes.items():
-                settings[name] = ros_params.check(name, CONTACT_PARAMETERS[name], value)
-            controller = self.loop.controller
-            if controller is not None:
-                self._build(controller, settings)
-        except ValueError as exc:
-            return SetParametersResult(successful=False, reason=str(exc))
-        self.settings, self._parts = settings, None
-        return SetParametersResult(successful=True)
+    def validate_parameters(self, changes: Mapping[str, Any]) -> Callable[[], None] | None:
+        """contact.* among ``changes`` (name → value) checked and, for the current controller,
+        built, with no side effect: ValueError naming a refused value; else what sets them
+        (None: none is set). The next state uses them (the observer restarts)."""
+        mine = {name: value for name, value in changes.items() if name in CONTACT_PARAMETERS}
+        if not mine:
+            return None
+        settings = dict(self.settings)
+        for name, value in mine.items():
+            settings[name] = ros_params.check(name, CONTACT_PARAMETERS[name], value)
+        controller = self.loop.controller
+        if controller is not None:
+            self._build(controller, settings)
+
+        def apply() -> None:
+            self.settings, self._parts = settings, None
+
+        return apply
 
     def publish_diagnostics(self) -> None:
         """The status "<node>: contact" on /diagnostics."""

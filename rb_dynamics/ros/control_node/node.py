@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import copy
 import sys
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from rcl_interfaces.msg import SetParametersResult
@@ -245,40 +246,63 @@ class ControlNode(LifecycleNode):
     # ------------------------------------------------------------------ parameters
 
     def _on_set_parameters(self, parameters: list[Parameter]) -> SetParametersResult:
-        """Validate every change first: all apply, or none and the reason."""
+        """The node's one check of a change (its parts register none): every part validates
+        the whole change, with no side effect, before any sets it; then all set it under the
+        loop's lock. A refused change changes nothing; the control loop sees all of an
+        accepted one or none of it. (rclpy stores the values once this has returned.)"""
         changes = {p.name: p.value for p in parameters}
-        try:
-            for name, value in changes.items():
-                if name in PARAMETERS:
-                    changes[name] = ros_params.check(name, PARAMETERS[name], value)
-            c = self.loop.controller
-            count = None if c is None else len(c.joints)
-            gains = check_law_changes(changes, count)
-            if {"kp", "kd", "ki"} & set(changes):
-                check_plausible_gains(
-                    lambda name: changes.get(name, self.get_parameter(name).value))
-            if set(IMPEDANCE) & set(changes):
-                gains.update(impedance_gains(
-                    c, lambda name: changes.get(name, self.get_parameter(name).value)))
-            if c is not None:
-                check_stable_gains(c, changes, gains, self.loop.stability.loop_period)
-            if {"max_publish_rate", "state_timeout"} & set(changes):
-                check_command_hold(*(changes.get(name, self.get_parameter(name).value)
-                                     for name in ("max_publish_rate", "state_timeout")))
+        try:  # the law's first: its refusal is the one told when several parts refuse
+            applies = [validate(changes) for validate in (
+                self._validate_law, self.cartesian.validate_parameters,
+                self.contact.validate_parameters, self.trajectory_action.parameters.validate)]
         except ValueError as exc:
             self.get_logger().warning(f"parameter change refused: {exc}")
             return SetParametersResult(successful=False, reason=str(exc))
-        with self.loop.lock:  # every change is valid: the control loop sees all or none
+        # set in reverse, the law's last: a description it retries (on the model loader's
+        # thread) is built with every other part's new settings
+        applies = [apply for apply in reversed(applies) if apply is not None]
+        if applies:
+            with self.loop.lock:
+                for apply in applies:
+                    apply()
+        return SetParametersResult(successful=True)
+
+    def _validate_law(self, changes: Mapping[str, Any]) -> Callable[[], None] | None:
+        """This class's parameters among ``changes`` (name → value: the control law's, the
+        publish rate, the stop command) checked whole, with no side effect: ValueError naming
+        a refused value; else what sets them (under the loop's lock; None: none is set)."""
+        if not PARAMETERS.keys() & changes.keys():
+            return None
+        changes = {name: ros_params.check(name, PARAMETERS[name], value)
+                   if name in PARAMETERS else value for name, value in changes.items()}
+
+        def value(name: str) -> Any:
+            return changes.get(name, self.get_parameter(name).value)
+
+        c = self.loop.controller
+        count = None if c is None else len(c.joints)
+        gains = check_law_changes(changes, count)
+        if {"kp", "kd", "ki"} & changes.keys():
+            check_plausible_gains(value)
+        if set(IMPEDANCE) & changes.keys():
+            gains.update(impedance_gains(c, value))
+        if c is not None:
+            check_stable_gains(c, changes, gains, self.loop.stability.loop_period)
+        if {"max_publish_rate", "state_timeout"} & changes.keys():
+            check_command_hold(value("max_publish_rate"), value("state_timeout"))
+
+        def apply() -> None:
             if c is not None and apply_law_changes(c, changes, gains):
                 self.loop.reference_changed()
-            if set(LAW_PARAMETERS) & set(changes):
+            if set(LAW_PARAMETERS) & changes.keys():
                 self.loop.stability.recheck()
             self.loop.stop_command = changes.get("stop_command", self.loop.stop_command)
             if "max_publish_rate" in changes:
                 self.loop.set_max_rate(changes["max_publish_rate"])
-        if set(LAW_PARAMETERS) & set(changes):
-            self.model_loader.retry(changes)  # a description refused for its gains
-        return SetParametersResult(successful=True)
+            if set(LAW_PARAMETERS) & changes.keys():
+                self.model_loader.retry(changes)  # a description refused for its gains
+
+        return apply
 
 
 def main(args: list[str] | None = None) -> int:

@@ -7,7 +7,9 @@ schema, docs/parameters.md): declared on the control node, checked when set, and
 
 from __future__ import annotations
 
-from rcl_interfaces.msg import SetParametersResult
+from collections.abc import Callable, Mapping
+from typing import Any
+
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
@@ -27,13 +29,12 @@ JOINT_TOLERANCES = SCHEMA.maps["constraints"]  # constraints.<joint>.trajectory|
 
 class TrajectoryParameters:
     """Declares the parameters on ``node``; ``settings`` holds their checked values, kept
-    current as they are set."""
+    current by the changes the node's parameter callback applies (``validate``)."""
 
     def __init__(self, node: Node) -> None:
         self.node, self.log = node, node.get_logger()
         ros_params.declare(node, TRAJECTORY_PARAMETERS)
         self.settings = ros_params.read(node, TRAJECTORY_PARAMETERS)
-        node.add_on_set_parameters_callback(self._on_set_parameters)
 
     def declare_joint_constraints(self, joints: list[str]) -> None:
         """``constraints.<joint>.trajectory|goal`` for ``joints`` not declared yet (on the
@@ -49,17 +50,19 @@ class TrajectoryParameters:
                     self.node.declare_parameter(name, spec.default, spec.descriptor(),
                                                 ignore_override=True)
 
-    def _on_set_parameters(self, parameters: list[Parameter]) -> SetParametersResult:
-        try:
-            for p in parameters:
-                if p.name in TRAJECTORY_PARAMETERS:
-                    self.settings[p.name] = ros_params.check(
-                        p.name, TRAJECTORY_PARAMETERS[p.name], p.value)
-                elif (spec := JOINT_TOLERANCES.spec_of(p.name)) is not None:
-                    ros_params.check(p.name, spec, p.value)
-        except ValueError as exc:
-            return SetParametersResult(successful=False, reason=str(exc))
-        return SetParametersResult(successful=True)
+    def validate(self, changes: Mapping[str, Any]) -> Callable[[], None] | None:
+        """This part's parameters among ``changes`` (name → value) checked, with no side
+        effect: ValueError naming a refused value; else what sets them (None: none of
+        them is set)."""
+        checked = {}
+        for name, value in changes.items():
+            if name in TRAJECTORY_PARAMETERS:
+                checked[name] = ros_params.check(name, TRAJECTORY_PARAMETERS[name], value)
+            elif (spec := JOINT_TOLERANCES.spec_of(name)) is not None:
+                ros_params.check(name, spec, value)  # read from the node when a goal comes
+        if not checked:
+            return None
+        return lambda: self.settings.update(checked)  # in place: the action holds it
 
     def default_tolerances(self, joints: list[str]) -> Tolerances:
         """The tolerances of ``joints`` from the parameters (a goal's entries go over them)."""
