@@ -38,7 +38,7 @@ def test_waits_without_a_description_and_then_takes_the_topic(tmp_path):
     try:
         assert node.wait_for(
             lambda: any("waiting for a robot description" in s.message
-                        for _, s in node.statuses()), 5.0)
+                        for _, s in node.statuses()), 30.0)  # a start on a busy machine
         # two more reports (1 Hz): the node has gone on waiting, and said so once
         reports = len(node.statuses())
         assert node.wait_for(lambda: len(node.statuses()) >= reports + 2, 5.0)

@@ -377,17 +377,17 @@ def test_gains_set_without_a_model_are_checked_now_and_again_on_load(tmp_path):
     """15.10: with no model, NaN or negative gains were accepted, and then every description
     was refused."""
     node = control_node(tmp_path)
-    assert node.wait_for_log("waiting for a robot description")
+    assert node.wait_for_log("waiting for a robot description", 30.0)  # a start, maybe busy
     for bad in ([float("nan")], [-5.0]):
         result = node.set_parameters(kp=bad)
         assert not result.successful and "finite and ≥ 0" in result.reason, result.reason
     assert node.set_parameters(kp=[10.0, 20.0, 30.0]).successful  # joints unknown yet
     node.describe(UR5.read_text())
-    assert node.wait_for_log("kp needs 1 or 6 values", 10.0), node.output()
+    assert node.wait_for_log("kp needs 1 or 6 values", 30.0), node.output()
     assert node.wait_for(lambda: any("kp needs 1 or 6 values" in m for m in statuses(node)),
                          5.0)
     assert node.set_parameters(kp=[100.0] * 6).successful
-    assert node.wait_for_log("model 'ur5'", 10.0), node.output()
+    assert node.wait_for_log("model 'ur5'", 30.0), node.output()
     assert node.command_after(UR5_JOINTS, np.zeros(6)) is not None
     node.close()
 
