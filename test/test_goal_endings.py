@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """Every accepted goal ends, with the reason, within a bounded time, and what it leaves behind
-is bounded too (issue 26, items 3, 5, 6, 9), across processes: the control node, a peer
+is bounded too, across processes: the control node, a peer
 publishing its joint states and a real rclpy ActionClient.
 
 Each test failed on the node without the fix: the goal got no result (5, 6, 9: the test's
@@ -98,7 +98,7 @@ def _resident_mb(pid: int) -> float:
 
 
 def test_stale_states_abort_the_goal_and_fresh_ones_are_held_where_they_are(tmp_path):
-    """26.9: states that stop mid-goal left the goal running (no result), and states that came
+    """States that stop mid-goal left the goal running (no result), and states that came
     back from another pose resumed the old reference at saturation. Now the goal ends ABORTED
     naming the stale states, and the first commands for the fresh states hold that pose: the
     computed-torque law at rest on its own position is Pinocchio's gravity there. Bound: the
@@ -170,7 +170,7 @@ def test_after_stale_states_a_topic_trajectory_restarts_from_the_measured_state(
 
 
 def test_a_non_finite_effort_aborts_the_goal_and_the_measured_position_is_held(tmp_path):
-    """26.5: a goal whose law gave no finite effort got no command and never a result. A
+    """A goal whose law gave no finite effort got no command and never a result. A
     broken driver's state with a finite but huge velocity (1e200 rad/s: the Coriolis terms
     square it past the largest float) gives no finite effort. Bound: the result within 10 s
     of the first such state."""
@@ -206,7 +206,7 @@ def test_a_non_finite_effort_aborts_the_goal_and_the_measured_position_is_held(t
 
 
 def test_a_new_robot_description_aborts_the_goal(tmp_path):
-    """26.6: /robot_description swapped to another robot mid-goal: the states lack the new
+    """/robot_description swapped to another robot mid-goal: the states lack the new
     model's joints, nothing is commanded and the goal had no result until the old description
     came back. Now the swap ends it ABORTED, naming the new description. Bound: 10 s from the
     new description (a 3-joint chain builds in well under a second)."""
@@ -232,7 +232,7 @@ def test_a_new_robot_description_aborts_the_goal(tmp_path):
 
 
 def test_finished_goals_are_dropped_and_sigint_stops_the_node_however_many_came(tmp_path):
-    """26.3: accepted goals were kept 900 s (rclpy's result timeout) with every point: 10,000-
+    """Accepted goals were kept 900 s (rclpy's result timeout) with every point: 10,000-
     point goals once a second for 60 s took the node from 111 to 529 MB and SIGINT took
     2.3–4.5 s. Here 2,000-point goals come four times a second for 12 s (each preempts the
     last) with ``action_result_timeout`` 2 s: the node's memory grows by less than half of

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Nothing a user or a peer sends may kill, stall or fool the nodes (issue 15), across processes.
+"""Nothing a user or a peer sends may kill, stall or fool the nodes, across processes.
 
 Each test plays a hostile or careless peer against the real nodes on loopback DDS and checks
 that the node lives (stops cleanly on SIGINT, exit code 0), says what is wrong, and keeps
@@ -62,7 +62,7 @@ def inverse_request(names, q, v=None) -> InverseDynamics.Request:
 
 
 def test_descriptions_without_moving_joints_are_taken_and_nothing_is_commanded(tmp_path):
-    """15.1: a bare link, or only fixed joints (a camera mount), used to kill both nodes."""
+    """A bare link, or only fixed joints (a camera mount), used to kill both nodes."""
     bare = '<robot name="bare"><link name="base"/></robot>'
     mount = ('<robot name="camera_mount"><link name="base"/><link name="camera">'
              '<inertial><mass value="0.2"/><inertia ixx="1e-4" iyy="1e-4" izz="1e-4"/>'
@@ -86,7 +86,7 @@ def test_descriptions_without_moving_joints_are_taken_and_nothing_is_commanded(t
 
 
 def test_a_deep_chain_is_taken_and_a_deeper_one_refused_with_the_limit(tmp_path):
-    """15.2: a chain deeper than ~500 links raised RecursionError in the tree walk."""
+    """A chain deeper than ~500 links raised RecursionError in the tree walk."""
     node = control_node(tmp_path, urdf_path=str(DEFAULT_URDF))
     node.describe(chain_urdf(600))
     assert node.wait_for_log("model 'chain600'", 60.0), node.output()
@@ -101,7 +101,7 @@ def test_a_deep_chain_is_taken_and_a_deeper_one_refused_with_the_limit(tmp_path)
 
 
 def test_a_massless_leaf_loads_and_forward_dynamics_name_its_links(tmp_path):
-    """15.3: a moving joint whose child has no <inertial> made the code generator raise
+    """A moving joint whose child has no <inertial> made the code generator raise
     ZeroDivisionError, which ended both nodes."""
     xml = chain_urdf(3, "leafy", massless_tip=True)
     names = ["j1", "j2", "j3", "tool_joint"]
@@ -142,7 +142,7 @@ def _reference_gravity_time(urdf: Path, q: np.ndarray) -> float:
 
 
 def test_loading_a_large_model_never_stalls_the_loop_or_the_services(tmp_path):
-    """15.4: a 200-link reload once held the control loop 3.7 s (code generation holding the
+    """A 200-link reload once held the control loop 3.7 s (code generation holding the
     interpreter); now the model is built off the executor, the loop runs on the reference
     algorithms until the compiled kernels are ready, and the services answer meanwhile."""
     n = 60
@@ -203,7 +203,7 @@ def test_loading_a_large_model_never_stalls_the_loop_or_the_services(tmp_path):
 
 
 def test_oversized_requests_are_refused_and_the_loop_keeps_its_pace(tmp_path):
-    """15.5: 10⁶ wrenches took 42 s, a 10⁵-point trajectory held the loop 2.4 s, a 10⁵-point
+    """10⁶ wrenches took 42 s, a 10⁵-point trajectory held the loop 2.4 s, a 10⁵-point
     ~/simulate reference never answered."""
     node = control_node(tmp_path, urdf_path=str(UR5), mode="computed_torque")
     commands = node.commands
@@ -254,7 +254,7 @@ def test_oversized_requests_are_refused_and_the_loop_keeps_its_pace(tmp_path):
 
 
 def test_sigint_during_a_long_roll_out_stops_within_2_s(tmp_path):
-    """15.6: a signal while a callback was busy took 7.8–9.8 s to end the node. The node
+    """A signal while a callback was busy took 7.8–9.8 s to end the node. The node
     stays on the reference algorithms, whose roll-out steps in Python (~20 s for this one):
     the compiled roll-out would answer it in well under a second."""
     node = control_node(tmp_path, urdf_path=str(UR5), dynamics_kernels="reference")
@@ -272,7 +272,7 @@ def test_sigint_during_a_long_roll_out_stops_within_2_s(tmp_path):
 
 
 def test_huge_finite_inputs_answer_false_instead_of_nan(tmp_path):
-    """15.7: v = 1e200 answered success=true with NaN."""
+    """V = 1e200 answered success=true with NaN."""
     node = control_node(tmp_path, urdf_path=str(UR5))
     inverse = node.call(InverseDynamics, "~/inverse_dynamics",
                         inverse_request(UR5_JOINTS, [0.1] * 6, [1e200] * 6))
@@ -289,7 +289,7 @@ def _pin_rnea(q, a):
 
 
 def test_a_trajectory_that_ended_is_refused_and_the_set_point_stands(tmp_path):
-    """15.8: a trajectory already over drove the arm to its end at saturated torque."""
+    """A trajectory already over drove the arm to its end at saturated torque."""
     node = control_node(tmp_path, urdf_path=str(UR5), mode="computed_torque", kp=[100.0],
                         kd=[20.0])
     assert node.command_after(UR5_JOINTS, np.zeros(6)) is not None, node.output()
@@ -311,7 +311,7 @@ def test_a_trajectory_that_ended_is_refused_and_the_set_point_stands(tmp_path):
 
 
 def test_an_overflowing_reference_is_refused_cleanly_and_does_not_poison_the_next(tmp_path):
-    """15.9: a reference at 1e308 raised ValueError from the loop every 2 s with a traceback,
+    """A reference at 1e308 raised ValueError from the loop every 2 s with a traceback,
     and broke the next trajectory too. A point past ±1e9 is refused where it is read; the
     gain of 1e300 that made a reference 1e9 rad away overflow is refused as unstable at every
     state rate, so the node never computes with it; the next trajectory is followed."""
@@ -374,7 +374,7 @@ def test_a_feed_forward_beyond_the_effort_limit_is_refused_naming_it(tmp_path):
 
 
 def test_gains_set_without_a_model_are_checked_now_and_again_on_load(tmp_path):
-    """15.10: with no model, NaN or negative gains were accepted, and then every description
+    """With no model, NaN or negative gains were accepted, and then every description
     was refused."""
     node = control_node(tmp_path)
     assert node.wait_for_log("waiting for a robot description", 30.0)  # a start, maybe busy
@@ -393,7 +393,7 @@ def test_gains_set_without_a_model_are_checked_now_and_again_on_load(tmp_path):
 
 
 def test_the_simulator_refuses_parameters_it_cannot_apply(tmp_path):
-    """15.11: time_step −1, integrator "bogus" and a NaN gravity were accepted and ignored."""
+    """Time_step −1, integrator "bogus" and a NaN gravity were accepted and ignored."""
     sim = simulator(tmp_path, urdf_path=str(UR5))
     for name, value in (("time_step", -1.0), ("integrator", "bogus"),
                         ("gravity", [float("nan")] * 3), ("real_time_factor", 0.0),

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""What a hostile or careless peer does to the control node (issue 26), across processes: the
+"""What a hostile or careless peer does to the control node, across processes: the
 node refuses what it cannot take, says why, and goes on; only a signal ends it."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def _state(node) -> str:
 
 
 def test_an_invalid_lifecycle_transition_is_refused_and_the_node_goes_on(tmp_path):
-    """26.1: ChangeState with a transition the current state lacks (activate while active,
+    """ChangeState with a transition the current state lacks (activate while active,
     activate after shutdown) ended the node with exit 1 and no answer; ``ros2 lifecycle set``
     checks first, other clients do not."""
     node = control_node(tmp_path, {"urdf_path": str(DEFAULT_URDF)},
@@ -134,7 +134,7 @@ def test_long_name_lists_are_refused_at_once_and_named_briefly(tmp_path):
 
 
 def test_a_joint_commands_message_with_thousands_of_names_is_refused_at_once(tmp_path):
-    """26.4: the simulator's command decoding counted repeated names quadratically."""
+    """The simulator's command decoding counted repeated names quadratically."""
     sim = simulator(tmp_path, {"urdf_path": str(DEFAULT_URDF), "publish_rate": 200.0})
     states = sim.received(JointState, "joint_states")
     try:
@@ -162,7 +162,7 @@ def test_a_joint_commands_message_with_thousands_of_names_is_refused_at_once(tmp
 
 
 def test_a_simulator_that_cannot_start_says_so_under_its_own_name(tmp_path):
-    """26.10: the simulator's fatal line was logged under the control node's name."""
+    """The simulator's fatal line was logged under the control node's name."""
     output = refused_start("rb_dynamics.ros.simulator_node", tmp_path,
                            {"urdf_path": str(DEFAULT_URDF), "integrator": "leapfrog"})
     fatal = [line for line in output.splitlines() if "[FATAL]" in line]
@@ -170,7 +170,7 @@ def test_a_simulator_that_cannot_start_says_so_under_its_own_name(tmp_path):
 
 
 def test_the_simulators_refusals_of_different_fields_are_each_reported(tmp_path):
-    """26.10: the wrong-length and repeated-name refusals of ~/joint_commands shared one throttle
+    """The wrong-length and repeated-name refusals of ~/joint_commands shared one throttle
     key, so the first one hid the second for the throttle's period."""
     sim = simulator(tmp_path, {"urdf_path": str(DEFAULT_URDF), "publish_rate": 100.0})
     states = sim.received(JointState, "joint_states")
@@ -236,7 +236,7 @@ def test_a_goal_with_implausibly_large_values_is_rejected_with_the_reason(tmp_pa
 
 def test_positions_only_states_whose_stamps_do_not_increase_are_refused_with_the_reason(
         tmp_path):
-    """missing_velocity: differentiate and a driver repeating its stamp (or stepping it back):
+    """Missing_velocity: differentiate and a driver repeating its stamp (or stepping it back):
     no velocity can be estimated, so nothing is published; the node said nothing about why
     (only "no usable joint state" once the states went stale). The refusal says by how much;
     states whose stamps increase again are commanded."""

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The control node on Humble's interfaces (issue 27, item 1): Humble's control_msgs first on the
+"""The control node on Humble's interfaces: Humble's control_msgs first on the
 node's paths and the peer's, constructor arguments checked as Humble's classes always check
 them. The node must start, take a FollowJointTrajectory goal and publish
 ``~/controller_state`` with Humble's fields, across processes."""

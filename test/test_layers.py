@@ -120,7 +120,7 @@ def _clamps(tree: ast.Module) -> list[tuple[str, ast.Call]]:
 
 
 def test_an_effort_is_clamped_in_one_place():
-    """Efforts are bounded by ``rb_dynamics.model.clamp_effort`` only (issue 36)."""
+    """Efforts are bounded by ``rb_dynamics.model.clamp_effort`` only."""
     offenders = []
     for path in _modules():
         if path == EFFORT_CLAMP:

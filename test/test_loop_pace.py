@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The control loop keeps its pace while the node takes a large trajectory (issue 26.2).
+"""The control loop keeps its pace while the node takes a large trajectory.
 
 rclpy builds a goal's Python objects before any code of the node sees it (a 10,000-point goal
 is ~60,000 objects), and the cyclic garbage collector's full passes over them held the

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""What the control node says when it refuses or warns (issue 26.10), across processes: long
+"""What the control node says when it refuses or warns, across processes: long
 name lists named briefly on ``~/joint_trajectory`` too, a goal after ``shutdown`` told that the
 node is finalized (not to ``activate``, impossible from there), and /diagnostics while joint
 states come further apart than ``state_timeout`` (commands still go out)."""

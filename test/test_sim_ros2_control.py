@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The simulator as a ros2_control backend, across processes (issue 20).
+"""The simulator as a ros2_control backend, across processes.
 
 The test process plays ros2_control's side as joint_state_topic_hardware_interface does it
 (``TopicHardware``: the emulator of test/topic_hardware_emulator.py on real topics, at the
@@ -57,7 +57,7 @@ def stamp_of(msg) -> float:
 
 
 class TopicHardware:
-    """controller_manager's loop over joint_state_topic_hardware_interface, in the test process.
+    """Controller_manager's loop over joint_state_topic_hardware_interface, in the test process.
 
     Every cycle (``rate``, the controller manager's update rate): ``read()`` the newest
     JointState received on the block's ``joint_states_topic`` with sensor-data QoS (strict: a
@@ -162,7 +162,7 @@ def _finger_target(t: float) -> float:
 
 def _trajectory(q0: np.ndarray, amp: np.ndarray, duration: float, start: float
                 ) -> JointTrajectory:
-    """main_job's reference (each joint its own swing, exact derivatives)."""
+    """Main_job's reference (each joint its own swing, exact derivatives)."""
     return reference_trajectory(PANDA_ARM, q0, amp, duration, start)
 
 
@@ -272,7 +272,7 @@ def _panda_nodes(tmp_path: Path, urdf: Path, rate: float) -> tuple[Session, Sess
 
 
 def _effort_controller(efforts: list[list[float]]) -> Callable[[TopicHardware], None]:
-    """forward_command_controller for the arm's effort interfaces: the newest command."""
+    """Forward_command_controller for the arm's effort interfaces: the newest command."""
 
     def update(hw: TopicHardware) -> None:
         if efforts:
@@ -393,7 +393,7 @@ def test_a_field_a_joint_does_not_take_is_refused_with_a_throttled_warning(tmp_p
 
 @pytest.mark.parametrize("lockstep", [False, True], ids=["free-running", "lock-step"])
 def test_a_command_flood_does_not_starve_the_joint_states(tmp_path, lockstep):
-    """(d) Issue 15, item 12: a peer publishing ~/commands as fast as it can; joint_states keep
+    """(d) a peer publishing ~/commands as fast as it can; joint_states keep
     (free-running) their rate, or (lock-step) at least it: every command is a step."""
     rate = 250.0
     sim = Session("rb_dynamics.ros.simulator_node", tmp_path, {
@@ -431,8 +431,8 @@ def test_a_command_flood_does_not_starve_the_joint_states(tmp_path, lockstep):
     quiet, during = per_second(quiet_window), per_second(flood_window)
     print(f"\n{'lock-step' if lockstep else 'free-running'} simulator under a ~/commands flood "
           f"({sent}): joint_states {quiet:.0f}/s before, {during:.0f}/s during")
-    # issue 15 saw 64 states in 7.5 s (2 % of the rate); the machine's load varies between the
-    # two windows, hence the margin
+    # a simulator that reads every command falls to a few states a second (2 % of the rate);
+    # the machine's load varies between the two windows, hence the margin
     assert during > 0.5 * min(quiet, rate), (quiet, during)
 
 
