@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import ros_tools
 from diagnostic_msgs.msg import DiagnosticArray
+from rcl_interfaces.srv import SetParameters
 from ros_harness import Session, close_all
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
@@ -202,6 +203,10 @@ def test_param_set_and_send_goal_as_in_the_docs(tmp_path):
     states: list[JointState] = []
     peer.node.create_subscription(JointState, "joint_states", states.append, 10)
     try:
+        # the node is up (its parameter services answer) before the documented commands: a
+        # start on a busy machine can outlast their own wait
+        services = peer.node.create_client(SetParameters, "/rb_dynamics/set_parameters")
+        assert services.wait_for_service(timeout_sec=90.0), node.output()
         for command in doc_commands("ros2 param set"):
             result = _shell(command + PARAM_FLAGS)
             assert "Set parameter successful" in result.stdout, f"{result}\n{node.output()}"
