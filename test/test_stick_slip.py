@@ -209,6 +209,15 @@ def test_a_joint_at_rest_holds_below_its_breakaway_and_slips_above(tmp_path, kin
     assert moving[1, 0] == pytest.approx(1e-3 * (0.9 - 0.8) / (0.01 + 1e-3 * 0.2), rel=1e-9)
 
 
+def _step_without_coulomb(dyn, q, v, tau, dt):
+    """The semi-implicit step's matrix A = M + dt·D, the velocity without Coulomb friction and
+    dt times the Coulomb bound: what both friction laws' end-of-step velocity is solved from."""
+    model = dyn.model
+    A = dyn.crba(q) + dt * np.diag(model.damping)
+    v_free = v + dt * np.linalg.solve(A, tau - model.damping * v - dyn.nonlinear_effects(q, v))
+    return A, v_free, dt * coulomb_bound(model, v)
+
+
 def test_the_coupled_arms_friction_impulses_are_stick_slip():
     """On random states of the bundled arm with larger friction (some joints stick, some slip):
     p = A (v_free − v⁺) is within the bounds, and at them against the motion where v⁺ ≠ 0."""
@@ -222,10 +231,7 @@ def test_the_coupled_arms_friction_impulses_are_stick_slip():
         v = rng.normal(0.0, 0.05, model.nv)
         tau = dyn.gravity(q) + rng.normal(0.0, 5.0, model.nv)
         dt = 1e-3
-        A = dyn.crba(q) + dt * np.diag(model.damping)
-        v_free = v + dt * np.linalg.solve(A, tau - model.damping * v
-                                          - dyn.nonlinear_effects(q, v))
-        bound = dt * coulomb_bound(model, v)
+        A, v_free, bound = _step_without_coulomb(dyn, q, v, tau, dt)
         v_next = stick_slip_velocity(A, v_free, bound)
         assert np.array_equal(v_next, step(dyn, q, v, tau, dt, "semi_implicit_euler",
                                            limits=False, friction_law="stick_slip").v)
@@ -250,10 +256,7 @@ def test_the_coupled_arms_smooth_friction_acts_at_the_end_of_the_step():
         v = rng.normal(0.0, 0.5, model.nv)
         tau = dyn.gravity(q) + rng.normal(0.0, 5.0, model.nv)
         dt = 1e-3
-        A = dyn.crba(q) + dt * np.diag(model.damping)
-        v_free = v + dt * np.linalg.solve(A, tau - model.damping * v
-                                          - dyn.nonlinear_effects(q, v))
-        bound = dt * coulomb_bound(model, v)
+        A, v_free, bound = _step_without_coulomb(dyn, q, v, tau, dt)
         v_next = implicit_friction_velocity(A, v_free, bound, COULOMB_SMOOTHING)
         assert np.array_equal(v_next, step(dyn, q, v, tau, dt, "semi_implicit_euler",
                                            limits=False).v)
