@@ -283,6 +283,7 @@ class Session:
         self.peer, self.shared = peer, shared
         self._publishers: dict[str, Any] = {}
         self._received: dict[str, list] = {}
+        self._subscriptions: dict[str, Any] = {}
         self._clients: dict[str, Any] = {}
         self.state_qos, self.states_topic = state_qos, states_topic
         self.commands_topic = commands_topic
@@ -305,9 +306,16 @@ class Session:
         if topic not in self._received:
             messages: list = []
             self._received[topic] = messages
-            self.peer.node.create_subscription(
+            self._subscriptions[topic] = self.peer.node.create_subscription(
                 msg_type, topic, lambda m: messages.append((time.monotonic(), m)), qos)
         return self._received[topic]
+
+    def matched(self, topic: str) -> bool:
+        """Whether a writer on ``topic`` is matched to this peer's reader (made by
+        ``received``); where rclpy cannot say (Humble), whether one is in the graph."""
+        topic = self.topic(topic)
+        count = getattr(self._subscriptions[topic], "get_publisher_count", None)
+        return (count() if count else self.peer.node.count_publishers(topic)) > 0
 
     def client(self, srv_type: Any, service: str) -> Any:
         service = self.topic(service)
@@ -368,8 +376,15 @@ class Session:
 
     def command_after(self, names, q, v=None, timeout: float = 30.0,
                       stamp_ns: int = 0) -> np.ndarray | None:
-        """Send the same state until commands answer it; the command answering it, or None."""
+        """Send the same state until commands answer it; the command answering it, or None.
+
+        The first state is sent once the node's command writer is matched to this peer: the
+        node answers the first states before its gains are checked, and answers sent before
+        the match are lost (with gains unstable at this hand-sent rate they are all there is).
+        """
         commands = self.commands
+        if not self.wait_for(lambda: self.matched(self.commands_topic), timeout):
+            return None
         answer = answer_after(self.peer, lambda: self.send_state(names, q, v, stamp_ns),
                               commands, timeout)
         return None if answer is None else np.array(answer[1].data)
