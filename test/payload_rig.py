@@ -123,7 +123,10 @@ class ClosedLoop:
         ready = self.peer.wait_for(
             lambda: self.pause.service_is_ready() and self.t
             and self.trajectory_pub.get_subscription_count() > 0
-            and self.control_payload.service_is_ready(), timeout)
+            and self.control_payload.service_is_ready()
+            # the loop: the control node hears the states, the simulator its commands
+            and self.peer.node.count_subscribers("/joint_states") >= 2
+            and self.peer.node.count_publishers(f"/{SIM}/commands") > 0, timeout)
         assert ready, self.logs()
         assert self.peer.call(self.pause, SetBool.Request(data=False)).success
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -167,6 +168,38 @@ def test_steps_on_an_external_clock_with_use_sim_time(tmp_path):
         sim.wait_for(lambda: tick(start) or stamp() == start, 5)
         assert stamp() == start and sim.process.proc.poll() is None
         assert "/clock jumped by -0.200 s" in sim.output()
+    finally:
+        sim.close()
+
+
+def test_lock_step_waits_lockstep_timeout_from_the_resume_not_from_the_start(tmp_path):
+    """A simulator started paused in lock-step waits for its controller; a pause longer than
+    lockstep_timeout is not a silent controller. The code this was written against counted the
+    wait from the start: resumed after a start-up longer than lockstep_timeout (a busy machine
+    bringing up the control node), it stepped uncommanded from the first tick, and an arm
+    held by the control node fell before the node's first command arrived."""
+    timeout, window = 2.0, 0.7
+    sim = simulator(tmp_path, {
+        "urdf_path": UR5, "initial_positions": Q0, "publish_rate": 200.0, "lockstep": True,
+        "lockstep_timeout": timeout, "time_step": 0.001, "start_paused": True,
+        "publish_clock": True})
+    try:
+        states = started(sim)
+        paused_since = time.monotonic()
+        sim.wait_for(lambda: False, 1.5 * timeout)  # paused longer than lockstep_timeout
+        assert time.monotonic() - paused_since >= 1.5 * timeout
+        assert pause(sim, False).success
+        resumed = time.monotonic()
+        first = states[-1][1].header.stamp
+        # well within lockstep_timeout of the resume, no command: the initial state again
+        sim.wait_for(lambda: False, window - (time.monotonic() - resumed))
+        held = [msg for t, msg in states if resumed < t <= resumed + window]
+        assert len(held) >= 3, sim.output()
+        assert all(msg.header.stamp == first for msg in held), sim.output()
+        np.testing.assert_array_equal(held[-1].position, Q0)
+        # past it, time goes on without a controller
+        assert sim.wait_for(lambda: states[-1][1].header.stamp != first, 10 * timeout), \
+            sim.output()
     finally:
         sim.close()
 

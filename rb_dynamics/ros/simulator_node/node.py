@@ -286,6 +286,8 @@ class SimulatorNode(Node):
         elapsed, self.wall_last = now - self.wall_last, now
         if self.lockstep:
             if self.paused:
+                # a pause is not a silent controller: the wait for a command starts on resume
+                self.last_lockstep = now
                 self._publish()
             elif now - self.last_lockstep > self.lockstep_timeout:
                 self._advance(elapsed * self.rtf)  # no controller: time goes on
