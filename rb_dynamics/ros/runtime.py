@@ -116,6 +116,20 @@ def take_queued(subscription: Subscription, limit: int = 1000) -> Iterator[Any]:
         yield taken[0]
 
 
+def polled_node(node: Node, suffix: str) -> Node:
+    """A companion of ``node`` (same context and namespace) that no executor waits on: its
+    subscriptions are read with ``take_queued`` when their messages are due (say, at a
+    simulation step), so a flood costs takes at that pace, never an executor pass per
+    message. Give them ``not_spun`` as the callback; destroy it with ``node``."""
+    return Node(f"{node.get_name()}_{suffix}", namespace=node.get_namespace(),
+                context=node.context, use_global_arguments=False,
+                start_parameter_services=False, enable_rosout=False)
+
+
+def not_spun(_msg: Any) -> None:
+    """The callback of a subscription of a ``polled_node`` (rclpy wants one)."""
+
+
 class SpinThread:
     """Spin ``node`` on an executor of its own, in a daemon thread, until ``stop()``.
 

@@ -37,7 +37,7 @@ from rb_dynamics.model import (
     CommandLayout,
     JointCommand,
 )
-from rb_dynamics.ros.runtime import ThrottledLogger, take_queued
+from rb_dynamics.ros.runtime import ThrottledLogger, not_spun, polled_node, take_queued
 from rb_dynamics.simulation import ServoSimulator
 
 __all__ = ["JOINT_COMMANDS_DEPTH", "POLL_LIMIT", "CommandInputs"]
@@ -58,12 +58,10 @@ class CommandInputs:
         self.effort_joint = layout.allowed[EFFORT, columns]
         self.inbox: Node | None = None
         if on_command is None:
-            self.inbox = Node(f"{node.get_name()}_commands", namespace=node.get_namespace(),
-                              context=node.context, use_global_arguments=False,
-                              start_parameter_services=False, enable_rosout=False)
+            self.inbox = polled_node(node, "commands")
             host, names = self.inbox, [node.resolve_topic_name(t) for t in
                                        ("~/commands", "~/joint_commands")]
-            callbacks = (_unused, _unused)  # taken at the ticks, never by an executor
+            callbacks = (not_spun, not_spun)  # taken at the ticks, never by an executor
         else:
             host, names = node, ["~/commands", "~/joint_commands"]
             callbacks = (self._on_effort_array, self._on_joint_state)
@@ -146,6 +144,3 @@ class CommandInputs:
                      for f, k in zip(*np.nonzero(clamped))]
             self.warn(f"{topic}: command clamped to the limits on {names}", f"{topic} clamp")
 
-
-def _unused(_msg) -> None:
-    """The callback of a subscription no executor waits on (rclpy wants one)."""

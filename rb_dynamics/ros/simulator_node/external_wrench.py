@@ -8,7 +8,10 @@
                              while a wrench acts, and once more, zeros, when it ends)
 
 A wrench acts from the next step on, as the joint efforts Jᵀ(q) F at every step
-(``simulation.Simulator.set_external_wrench``), until the next message or, with
+(``simulation.Simulator.set_external_wrench``). The topic is read at the steps, the newest
+message only (its reader keeps one, on a companion node no executor waits on): a flood costs
+one take per step, not an executor pass per message, and a message superseded before the next
+step never acts. It acts until the next message or, with
 ``external_wrench_timeout`` > 0, that many simulated seconds after its message (a hand that lets
 go when its messages stop); a zero wrench, or an empty frame_id, removes it. A message naming an
 unknown link, a link welded to the world or a value that is not finite is refused with a warning
@@ -26,7 +29,7 @@ from rclpy.node import Node
 from sensor_msgs.msg import JointState
 
 from rb_dynamics.ros.conversions import JointLayout
-from rb_dynamics.ros.runtime import ThrottledLogger
+from rb_dynamics.ros.runtime import ThrottledLogger, not_spun, polled_node, take_queued
 from rb_dynamics.simulation import Simulator
 
 __all__ = ["ExternalWrench"]
@@ -43,9 +46,24 @@ class ExternalWrench:
         self._ending = False  # one more zero message is due
         self.truth = JointState(name=list(joints))  # reused
         self.truth_pub = node.create_publisher(JointState, "~/true_external_efforts", 100)
-        node.create_subscription(WrenchStamped, "~/external_wrench", self._on_wrench, 10)
+        self.inbox: Node | None = polled_node(node, "wrench")
+        self.subscription = self.inbox.create_subscription(
+            WrenchStamped, node.resolve_topic_name("~/external_wrench"), not_spun, 1)
 
-    def _on_wrench(self, msg: WrenchStamped) -> None:
+    def close(self) -> None:
+        if self.inbox is not None:
+            self.inbox.destroy_node()
+            self.inbox = None
+
+    def take(self) -> None:
+        """Before the steps: the newest message since the last steps, if any, applies."""
+        newest = None
+        for msg in take_queued(self.subscription, 2):  # (a second take empties the queue)
+            newest = msg
+        if newest is not None:
+            self._apply(newest)
+
+    def _apply(self, msg: WrenchStamped) -> None:
         f, t = msg.wrench.force, msg.wrench.torque
         wrench = np.array([f.x, f.y, f.z, t.x, t.y, t.z])
         link = msg.header.frame_id

@@ -145,6 +145,8 @@ class SimulatorNode(Node):
     def destroy_node(self):
         if hasattr(self, "inputs"):
             self.inputs.close()
+        if hasattr(self, "external"):
+            self.external.close()
         return super().destroy_node()
 
     # ------------------------------------------------------------------ set-up
@@ -326,6 +328,7 @@ class SimulatorNode(Node):
     def _advance(self, duration: float) -> int:
         """Steps covering ``duration``; on divergence, the last good state stays and we pause."""
         before = (self.sim.q.copy(), self.sim.v.copy(), self.sim.time)
+        self.external.take()
         self.external.expire()
         try:
             steps = self.sim.advance(duration)
