@@ -61,8 +61,8 @@ setup(
     python_requires=">=3.10",
     entry_points={
         "console_scripts": [
-            "rb_dynamics_node = rb_dynamics.ros.control_node.node:main",
-            "rb_simulator = rb_dynamics.ros.simulator_node.node:main",
+            "rb_dynamics_node = rb_dynamics.ros.control_node:run",
+            "rb_simulator = rb_dynamics.ros.simulator_node:run",
             "rb_reference = rb_dynamics.demo.reference_publisher:main",
             "rb_dynamics_main_job = rb_dynamics.demo.main_job:main",
             "rb_dynamics_identify = rb_dynamics.ros.identification.cli:main",

@@ -3,6 +3,6 @@
 
 import sys
 
-from .node import main
+from . import run
 
-sys.exit(main())
+sys.exit(run())
