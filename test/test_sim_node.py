@@ -62,6 +62,9 @@ def test_gravity_compensated_arm_stays_put_and_a_dropped_one_falls(sim):
     # hold the arm with exact gravity compensation for 0.5 s: it must not move
     model = load_model(UR5)
     msg = Float64MultiArray(data=D.gravity(model, np.array(Q0)).tolist())
+    # this test process sends the commands only while it waits, and a busy machine can hold
+    # it up for longer than the fixture's 0.3 s command timeout: the arm would fall meanwhile
+    assert sim.set_parameters(command_timeout=5.0).successful
     commands = sim.publisher(Float64MultiArray, "~/commands")
     sim.peer.node.create_timer(0.02, lambda: commands.publish(msg))
     # the states carry the effort applied: the command has arrived
