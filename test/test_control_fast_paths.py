@@ -129,7 +129,7 @@ def test_effort_limits_follow_effort_scale_and_the_commanded_joints(panda):
         ctrl.set_trajectory(panda.joint_names, [TrajectoryPoint(0.0, q + 0.5)], 0.0)
         index = ctrl.index
         for scale in (1.0, 0.25, 1.0):
-            ctrl.effort_scale = scale
+            ctrl.configure(effort_scale=scale)
             tau, error = ctrl.effort(ctrl.q, ctrl.v, 0.1)
             limit = panda.effort_limit[index] * scale
             out = ctrl.compute(0.1)

@@ -188,7 +188,7 @@ def test_integral_accumulates_per_state_time_and_is_clamped(mode):
     i_clamp = np.array([1.0, 1.0, 0.05, 0.5, np.inf, 0.2])
     ctrl = JointController(model, mode=mode, kp=50.0, kd=5.0, stiffness=80.0, damping=4.0,
                            ki=ki, i_clamp=i_clamp)
-    ctrl.effort_scale = 1e6  # no saturation here
+    ctrl.configure(effort_scale=1e6)  # no saturation here
     rng = np.random.default_rng(4)
     q, v = rng.uniform(-1, 1, 6), np.zeros(6)
     ctrl.update_state(model.joint_names, q, v, 10.0)
@@ -231,7 +231,7 @@ def test_integral_resets_on_trajectory_mode_and_activation_and_holds_while_satur
     # saturated: a limited command's integral is held where it was, the others integrate
     ctrl.set_mode("computed_torque")
     ctrl.set_trajectory(model.joint_names, [TrajectoryPoint(0.001, q)], 0.06)
-    ctrl.effort_scale = 1e-3
+    ctrl.configure(effort_scale=1e-3)
     out = drive(ctrl, q - 0.1, np.zeros(6), [0.07, 0.08])
     limited = np.isin(model.joint_names, out.clamped)
     assert limited.sum() >= 3
@@ -347,7 +347,7 @@ def test_the_sampled_effort_is_added_to_the_command(mode):
     path, model = arm("ur5")
     oracle = PinArm(path, model)
     ctrl = JointController(model, mode=mode, kp=50.0, kd=5.0, stiffness=80.0, damping=4.0)
-    ctrl.effort_scale = 1e6
+    ctrl.configure(effort_scale=1e6)
     rng = np.random.default_rng(10)
     q, v = rng.uniform(-1, 1, 6), rng.uniform(-0.5, 0.5, 6)
     ctrl.update_state(model.joint_names, q, v, 0.0)

@@ -14,7 +14,6 @@ from rb_dynamics.control import (
     ControlLaw,
     DriveConventions,
     JointController,
-    holding_effort,
     rest_mismatch,
 )
 from rb_dynamics.dynamics import Payload, PayloadEffort, friction_effort, make_dynamics
@@ -59,7 +58,7 @@ def test_a_drive_that_compensates_friction_gets_none_and_a_payload_stays_in():
     controller = JointController(MODEL, dynamics=DYN)
     controller.law.drive = GRAVITY_DRIVE
     controller.update_state(MODEL.joint_names, Q.tolist(), [0.0] * 6, 0.0)
-    assert not holding_effort(controller).any()  # the stop command: nothing to add
+    assert not controller.holding_effort().any()  # the stop command: nothing to add
 
 
 def test_reported_efforts_become_whole_joint_efforts():

@@ -360,7 +360,8 @@ def test_an_overflowing_reference_is_refused_cleanly_and_does_not_poison_the_nex
     assert not result.successful and "unstable at every state rate" in result.reason, result
     commands = node.commands
     # a driver's stream from here: states sent by hand, slowly on a busy machine, would go
-    # stale, and the reference after a gap is the measured position (restart_trajectory)
+    # stale, and the reference after a gap is the measured position
+    # (JointController.restart_trajectory)
     stream = node.stream_states(UR5_JOINTS, q, period=0.005)
     count = len(commands)
     assert node.wait_for(lambda: len(commands) > count + 5, 30.0), node.output()

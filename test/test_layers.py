@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The package's shape is a test: the layers of ``.importlinter`` (PyPI import-linter), no ROS
-below ``ros/``, modules and classes small enough to read, and one clamp of an effort to its
-limits."""
+below ``ros/``, modules and classes small enough to read, one clamp of an effort to its
+limits, and one owner of a controller's state."""
 
 from __future__ import annotations
 
@@ -32,6 +32,13 @@ OTHER_CLAMPS = {
     "control/limits.py": {"velocity_bounds"},  # velocities to ±(velocity limit)
     "simulation/joint_drives.py": {"hold", "command"},  # commands to the block's ranges
 }
+
+
+# the controller's state is written by its own methods only (JTC's shape: the parts of a node
+# ask, the controller does); a write is an assignment to an attribute reached through a name
+# or attribute that says "controller" (controller.trajectory, goal.controller.x,
+# controller.law.payload, self._controller.q)
+CONTROLLER_MODULE = PACKAGE / "control" / "joint_controller.py"
 
 
 def _modules() -> list[Path]:
@@ -133,3 +140,57 @@ def test_an_effort_is_clamped_in_one_place():
                     effort_layer and function not in OTHER_CLAMPS.get(where, ())):
                 offenders.append(f"{where}:{call.lineno} in {function}: {segment}")
     assert not offenders, "clamp_effort, not a clamp of its own:\n" + "\n".join(offenders)
+
+
+def _through_a_controller(node: ast.expr) -> bool:
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        if isinstance(node, ast.Attribute) and "controller" in node.attr.lower():
+            return True
+        node = node.value
+    return isinstance(node, ast.Name) and "controller" in node.id.lower()
+
+
+def _controller_writes(tree: ast.Module) -> list[ast.Attribute]:
+    writes = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        else:
+            continue
+        while targets:
+            target = targets.pop()
+            if isinstance(target, (ast.Tuple, ast.List)):
+                targets.extend(target.elts)
+                continue
+            if isinstance(target, ast.Subscript):  # controller.q[0] = … writes controller.q
+                target = target.value
+            if isinstance(target, ast.Attribute) and _through_a_controller(target.value):
+                writes.append(target)
+    return writes
+
+
+def test_only_the_controller_writes_its_state():
+    """``JointController`` owns its reference, settings and law: the node's parts call its
+    operations (follow, hold, configure, …), none assigns its fields."""
+    offenders = [f"{path.relative_to(PACKAGE).as_posix()}:{write.lineno}: {ast.unparse(write)}"
+                 for path in _modules() if path != CONTROLLER_MODULE
+                 for write in _controller_writes(ast.parse(path.read_text()))]
+    assert not offenders, "written from outside JointController:\n" + "\n".join(offenders)
+
+
+def test_the_controller_write_check_tells_writes_apart():
+    """What counts as a write of the controller's state, and what does not."""
+    code = """
+controller.trajectory = None
+goal.controller.trajectory, x = sampler, 1
+self._controller.law.payload = effort
+controller.q[0] += 1.0
+self.controller = controller
+trajectory = controller.trajectory
+controller.follow(sampler)
+"""
+    written = [ast.unparse(w) for w in _controller_writes(ast.parse(code))]
+    assert sorted(written) == sorted(["controller.trajectory", "goal.controller.trajectory",
+                                      "self._controller.law.payload", "controller.q"])

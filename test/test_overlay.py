@@ -13,7 +13,7 @@ import pytest
 from pin_oracle import REAL_ROBOTS, robots_dir
 
 from rb_dynamics import DEFAULT_URDF
-from rb_dynamics.control import ControllerError, JointController, swap_dynamics
+from rb_dynamics.control import ControllerError, JointController
 from rb_dynamics.dynamics import friction_effort, make_dynamics
 from rb_dynamics.model import (
     DynamicsOverlay,
@@ -115,7 +115,7 @@ def test_an_overlay_naming_another_robots_joints_is_refused():
 
 
 def test_a_controller_takes_an_overlaid_models_dynamics_and_keeps_its_reference():
-    """``control.swap_dynamics``: the next effort is the overlaid robot's (computed torque
+    """``JointController.swap_dynamics``: the next effort is the overlaid robot's (computed torque
     with the armature, friction compensation with its friction) toward the same reference;
     another robot is refused and nothing changes."""
     overlaid = apply_overlay(MODEL, DynamicsOverlay(joints={name: {
@@ -127,7 +127,7 @@ def test_a_controller_takes_an_overlaid_models_dynamics_and_keeps_its_reference(
     controller.state_reader.read(MODEL.joint_names, q.tolist(), v.tolist())
     controller.q, controller.v = q + 0.1, v  # holds q + 0.1 from here
     controller.effort(q + 0.1, v, 0.0)
-    swap_dynamics(controller, make_dynamics(overlaid, "reference"))
+    controller.swap_dynamics(make_dynamics(overlaid, "reference"))
     assert controller.model is overlaid and controller.hold_position is not None
     tau, _ = controller.effort(q, v, 0.0)
     a = 50.0 * 0.1 - 10.0 * v  # toward the held position, at rest
@@ -137,7 +137,7 @@ def test_a_controller_takes_an_overlaid_models_dynamics_and_keeps_its_reference(
     assert np.abs(expected - make_dynamics(MODEL, "reference").rnea(q, v, a)).max() > 0.1
     other = load_model(Path(robots_dir(), REAL_ROBOTS["ur5"][0]))  # the same joint names
     with pytest.raises(ControllerError, match="is not the controller's robot"):
-        swap_dynamics(controller, make_dynamics(other, "reference"))
+        controller.swap_dynamics(make_dynamics(other, "reference"))
     assert controller.model is overlaid
 
 

@@ -252,5 +252,5 @@ def test_the_controller_reports_the_joints_its_soft_limits_bound():
     out = ctrl.compute(0.0)
     upper = soft_limit_effort_bounds(model, ctrl.q, ctrl.v)[1]
     assert out.clamped == ["j1"] and out.effort[0] == upper[0] < 0
-    ctrl.soft_limits = False
+    ctrl.configure(soft_limits=False)
     assert not ctrl.soft_limits and ctrl.compute(0.0).clamped == []

@@ -2,8 +2,9 @@
 """Control without ROS: the control law, gravity compensation, computed torque and
 impedance (``law``); a link held at a pose by a spring and damper in space
 (``cartesian``); joint trajectories, their spline and sampler (``trajectory``);
-``JointController``, both mapped by joint name (``joint_controller``); the effort bounds of
-ros2_control's soft joint limits (``limits``); joint velocities from positions
+``JointController``, mapped by joint name (``joint_controller``), reading joint states by
+name (``joint_state_reader``); a controller's command bounds and those of ros2_control's soft
+joint limits (``limits``); joint velocities from positions
 (``velocity``); the feasibility of a trajectory against the URDF's limits (``feasibility``);
 the external efforts a robot feels, from the generalised momentum (``momentum_observer``), and
 collisions detected on them (``collision``); a dynamics overlay checked against the robot and
@@ -33,14 +34,8 @@ from .feasibility import (
     feasibility_report,
     trajectory_efforts,
 )
-from .joint_controller import (
-    ControlOutput,
-    JointController,
-    JointStateReader,
-    holding_effort,
-    restart_trajectory,
-    swap_dynamics,
-)
+from .joint_controller import ControlOutput, JointController
+from .joint_state_reader import JointStateReader
 from .law import (
     CONTROL_MODES,
     REFERENCE_MODES,
@@ -53,6 +48,7 @@ from .law import (
 from .limits import (
     POSITION_BOUNDS_TOLERANCE,
     SOFT_LIMIT_REACH_VELOCITY,
+    CommandBounds,
     EffortLimiter,
     bound_effort,
     soft_limit_effort_bounds,
@@ -99,6 +95,7 @@ __all__ = [
     "FeasibilityReport",
     "JointController",
     "JointStateReader",
+    "CommandBounds",
     "MAX_CHECKED_STATES",
     "MAX_COMMAND_STEP",
     "MAX_SAMPLES_PER_SEGMENT",
@@ -121,12 +118,9 @@ __all__ = [
     "command_step_problem",
     "evaluate_spline",
     "feasibility_report",
-    "holding_effort",
     "overlay_problem",
     "position_error",
     "rest_mismatch",
-    "restart_trajectory",
-    "swap_dynamics",
     "shortest_way_start",
     "soft_limit_effort_bounds",
     "spline_coefficients",

@@ -16,12 +16,28 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rb_dynamics.dynamics import Dynamics, make_dynamics
-from rb_dynamics.model import Model, check_choice, clamp_effort, name_list, repeated_names
+from rb_dynamics.dynamics import Dynamics, PayloadEffort, make_dynamics
+from rb_dynamics.model import (
+    Model,
+    check_choice,
+    clamp_effort,
+    name_list,
+    only_joint_dynamics_differ,
+    repeated_names,
+)
 
+from .drive import DriveConventions
 from .feasibility import feedforward_violation, motion_violation
-from .law import CONTROL_MODES, REFERENCE_MODES, ControlLaw, ControllerError, check_gains
-from .limits import EffortLimiter, bound_effort
+from .joint_state_reader import JointStateReader
+from .law import (
+    CONTROL_MODES,
+    REFERENCE_MODES,
+    CartesianLaw,
+    ControlLaw,
+    ControllerError,
+    check_gains,
+)
+from .limits import CommandBounds
 from .trajectory import (
     MAX_TRAJECTORY_POINTS,
     TrajectoryError,
@@ -31,8 +47,7 @@ from .trajectory import (
 )
 from .velocity import MissingVelocity
 
-__all__ = ["ControlOutput", "JointController", "JointStateReader", "holding_effort",
-           "restart_trajectory", "swap_dynamics"]
+__all__ = ["ControlOutput", "JointController"]
 
 _NO_CONTEXT = contextlib.nullcontext()
 
@@ -44,83 +59,6 @@ class ControlOutput:
     effort: np.ndarray  # in the controller's joint order, clamped to the effort limits
     clamped: list[str]  # joints whose effort hit a limit (or a soft limit's bound)
     position_error: np.ndarray  # q_d − q in the controller's joint order (zeros in gravity mode)
-
-
-class JointStateReader:
-    """Joint states by name → (q, q̇) in model order; extra joints are ignored. The columns
-    found for a list of names are kept for the next state (a driver sends the same names
-    every time); every message is checked. A state without velocities goes to
-    ``missing_velocity`` (default: refused)."""
-
-    def __init__(self, model: Model, missing_velocity: MissingVelocity | None = None):
-        self.model = model
-        self.missing_velocity = missing_velocity or MissingVelocity()
-        self.state_index = dict(zip(model.joint_names, model.joint_q_index))
-        self._columns: tuple[list[str], tuple[np.ndarray, np.ndarray] | None] | None = None
-
-    def read(self, names: Sequence[str], positions: Sequence[float],
-             velocities: Sequence[float], t: float = 0.0, max_gap: float = math.inf
-             ) -> tuple[np.ndarray, np.ndarray | None]:
-        """(q, q̇) as new arrays; ControllerError for lengths that do not match, repeated or
-        missing joints and values that are not finite. Without velocities q̇ is
-        ``missing_velocity``'s for the instant ``t`` (s; states further apart than ``max_gap``
-        s start its estimate again): None while it has none, ControllerError if refused."""
-        if len(positions) != len(names):
-            raise ControllerError(
-                f"joint_states: {len(names)} names but {len(positions)} positions"
-            )
-        if len(velocities) not in (0, len(names)):
-            raise ControllerError(
-                f"joint_states: {len(names)} names but {len(velocities)} velocities"
-            )
-        columns = self._state_columns(names)
-        if columns is None:  # the model's joints, in its order: copied as they are
-            q = np.array(positions, dtype=float)
-            v = np.array(velocities, dtype=float) if len(velocities) else np.zeros(self.model.nv)
-        else:
-            rows, columns = columns
-            q = np.zeros(self.model.nq)
-            v = np.zeros(self.model.nv)
-            q[columns] = np.asarray(positions, dtype=float)[rows]
-            if len(velocities):
-                v[columns] = np.asarray(velocities, dtype=float)[rows]
-        if not (math.isfinite(q.sum()) and math.isfinite(v.sum())):
-            raise ControllerError("joint_states: NaN or inf in positions or velocities")
-        if not len(velocities):
-            return q, self.missing_velocity.velocity(q, t, max_gap)
-        return q, v
-
-    def model_order(self, names: Sequence[str], values: Sequence[float]) -> np.ndarray:
-        """Per-joint ``values`` of a joint state with these ``names`` (its efforts, say) over
-        the model's coordinates, through the columns ``read`` found (call it first): the same
-        ControllerError for names that do not fit. A new array."""
-        columns = self._state_columns(names)
-        if columns is None:
-            return np.array(values, dtype=float)
-        out = np.zeros(self.model.nv)
-        out[columns[1]] = np.asarray(values, dtype=float)[columns[0]]
-        return out
-
-    def _state_columns(self, names: Sequence[str]) -> tuple[np.ndarray, np.ndarray] | None:
-        """(entries of a joint state, the model coordinates they fill) for a list of names,
-        None when they are the model's joints in its order."""
-        cached = self._columns
-        if cached is not None and cached[0] == names:
-            return cached[1]
-        if len(set(names)) != len(names):
-            raise ControllerError("joint_states: repeated joint names")
-        # other joints of a bigger robot, or a mimic joint we derive ourselves, are skipped
-        pairs = [(k, self.state_index[name]) for k, name in enumerate(names)
-                 if name in self.state_index]
-        if len(pairs) != len(self.state_index):
-            seen = set(names)
-            missing = [n for n in self.model.joint_names if n not in seen]
-            raise ControllerError(f"joint_states: missing joints {name_list(missing)}")
-        rows = np.array([k for k, _ in pairs], dtype=int)
-        columns = np.array([index for _, index in pairs], dtype=int)
-        in_order = len(names) == self.model.nq and np.array_equal(columns, np.arange(len(names)))
-        self._columns = (list(names), None if in_order else (rows, columns))
-        return self._columns[1]
 
 
 def _gain_vector(gains, name: str, index: np.ndarray, size: int, allow_inf: bool
@@ -197,44 +135,6 @@ def _refuse_unfollowable(controller: JointController, sampler: TrajectorySampler
         raise ControllerError(f"trajectory: not feasible: {violation}")
 
 
-def restart_trajectory(controller: JointController, now: float) -> bool:
-    """After a gap in the joint states: the reference's points still due after ``now`` (s)
-    restart from the measured state, as a new trajectory starts; when none is due, or the way
-    from here leaves the URDF limits (``refuse_infeasible``), the measured position is held
-    instead (the old reference, resumed, would jump toward where it has got to). Whether a
-    reference was restarted."""
-    old, controller.trajectory, controller.hold_position = controller.trajectory, None, None
-    if old is None or controller.q is None:
-        return False
-    try:
-        sampler = old.restarted(now, controller.q.copy(), controller.v.copy(),
-                                controller.law.continuous)
-        if sampler is not None and controller.refuse_infeasible:
-            # the segments after the first are the old reference's, checked when it came
-            _refuse_infeasible(controller.model, sampler.first_segment())
-    except (ControllerError, TrajectoryError):
-        return False
-    controller.trajectory = sampler
-    return sampler is not None
-
-
-def swap_dynamics(controller: JointController, dynamics: Dynamics) -> None:
-    """Make ``controller`` compute with ``dynamics`` from its next effort on: the dynamics of
-    the same robot with other joint dynamics (a dynamics overlay: armature, friction, effort
-    offset); the reference, the gains and the integral term go on. ControllerError when
-    ``dynamics.model`` has other joints. Not thread-safe: a control loop calls it under its
-    lock."""
-    model, old = dynamics.model, controller.model
-    same_tree = (model.joint_names == old.joint_names and model.parent == old.parent
-                 and all(np.array_equal(a, b) for a, b in zip(model.X_tree + model.inertia,
-                                                              old.X_tree + old.inertia)))
-    if not (same_tree and np.array_equal(model.effort_limit, old.effort_limit)):
-        raise ControllerError(f"model {model.name!r} is not the controller's robot "
-                              f"({old.name!r}) with other joint dynamics")
-    controller.model = controller.state_reader.model = model
-    controller.law.dynamics = dynamics
-
-
 class JointController:
     """Gravity compensation, computed torque and impedance for a fixed-base arm, mapped by
     joint name.
@@ -298,8 +198,7 @@ class JointController:
                               friction_compensation=bool(friction_compensation))
         self.set_gains(kp, kd, stiffness=stiffness, damping=damping, ki=ki, i_clamp=i_clamp)
         self.max_state_age = float(max_state_age)
-        self.effort_scale = 1.0  # commands are clamped to effort_scale × the URDF limit
-        self.limiter = EffortLimiter(model) if soft_limits else None
+        self.bounds = CommandBounds(model, self.index, bool(soft_limits))
         self.interpolate_from_desired_state = bool(interpolate_from_desired_state)
         self.refuse_infeasible = bool(refuse_infeasible)
         self.q = self.v = None
@@ -320,8 +219,6 @@ class JointController:
         self._zeros = np.zeros(model.nv)
         self._zeros.flags.writeable = False  # shared: the hold reference, gravity-mode errors
         self._every_joint = np.array_equal(self.index, np.arange(model.nv))
-        self._limits: tuple[float, np.ndarray, np.ndarray] = (math.nan, self._zeros,
-                                                               self._zeros)
 
     # -- settings ------------------------------------------------------------------
 
@@ -331,11 +228,12 @@ class JointController:
 
     @property
     def soft_limits(self) -> bool:
-        return self.limiter is not None
+        return self.bounds.soft_limits
 
-    @soft_limits.setter
-    def soft_limits(self, on: bool) -> None:
-        self.limiter = EffortLimiter(self.model) if on else None
+    @property
+    def effort_scale(self) -> float:
+        """Commands are clamped to effort_scale × the URDF limit."""
+        return self.bounds.effort_scale
 
     @property
     def kp(self) -> np.ndarray:
@@ -372,6 +270,107 @@ class JointController:
         if ki is not None or i_clamp is not None:
             law.set_integral_gains(new["ki"], new["i_clamp"])
             self._integral_time = math.inf
+
+    def configure(self, *, friction_compensation: bool | None = None,
+                  soft_limits: bool | None = None,
+                  interpolate_from_desired_state: bool | None = None,
+                  refuse_infeasible: bool | None = None, max_state_age: float | None = None,
+                  effort_scale: float | None = None, missing_velocity: str | None = None,
+                  velocity_cutoff: float | None = None, drive: DriveConventions | None = None
+                  ) -> None:
+        """The settings a node changes at run time (validated by its parameter listener;
+        None keeps one). Under the node's control lock."""
+        law = self.law
+        if friction_compensation is not None:
+            law.friction_compensation = bool(friction_compensation)
+        if soft_limits is not None:
+            self.bounds.set_soft_limits(bool(soft_limits))
+        if interpolate_from_desired_state is not None:
+            self.interpolate_from_desired_state = bool(interpolate_from_desired_state)
+        if refuse_infeasible is not None:
+            self.refuse_infeasible = bool(refuse_infeasible)
+        if max_state_age is not None:
+            self.max_state_age = float(max_state_age)
+        if effort_scale is not None:
+            self.bounds.set_scale(effort_scale)
+        missing = self.state_reader.missing_velocity
+        if missing_velocity is not None:
+            missing.choice = missing_velocity
+        if velocity_cutoff is not None:
+            missing.estimator.cutoff = velocity_cutoff
+        if drive is not None:
+            law.drive = drive
+
+    def set_payload(self, payload: PayloadEffort | None) -> None:
+        """Carry ``payload``'s efforts (None: none) from the next effort on."""
+        self.law.payload = payload
+
+    def set_cartesian(self, cartesian: CartesianLaw | None) -> None:
+        """The Cartesian law of ``cartesian_impedance`` (None: none for this model)."""
+        self.law.cartesian = cartesian
+
+    def swap_dynamics(self, dynamics: Dynamics) -> None:
+        """Compute with ``dynamics`` from the next effort on: the dynamics of the same robot
+        with other joint dynamics (a dynamics overlay: armature, friction, effort offset); the
+        reference, the gains and the integral term go on. ControllerError when
+        ``dynamics.model`` has other joints. Not thread-safe: a control loop calls it under
+        its lock."""
+        model, old = dynamics.model, self.model
+        if not only_joint_dynamics_differ(model, old):
+            raise ControllerError(f"model {model.name!r} is not the controller's robot "
+                                  f"({old.name!r}) with other joint dynamics")
+        self.model = self.state_reader.model = model
+        self.law.dynamics = dynamics
+
+    # -- the reference: what the node's parts ask for (none of them writes these fields) --
+
+    def follow(self, sampler: TrajectorySampler) -> None:
+        """Follow ``sampler`` (``prepare_trajectory``'s) from the next effort on."""
+        self.trajectory = sampler
+
+    def hold(self, position: np.ndarray | None = None) -> None:
+        """No trajectory: hold ``position`` at rest (None: the position measured at the next
+        effort)."""
+        self.trajectory, self.hold_position = None, position
+
+    def hold_measured(self) -> None:
+        """JTC's ``set_hold_position``: hold the last measured position, at rest."""
+        self.hold(None if self.q is None else self.q.copy())
+
+    def hold_anew(self) -> None:
+        """The held position is measured again at the next effort (a trajectory stays)."""
+        self.hold_position = None
+
+    def drop_trajectory(self, sampler: TrajectorySampler | None = None) -> bool:
+        """Stop following ``sampler`` (None: whichever is followed), the held position
+        unchanged; whether it was being followed."""
+        if self.trajectory is None or sampler is not None and self.trajectory is not sampler:
+            return False
+        self.trajectory = None
+        return True
+
+    def refuse_references(self, reason: str) -> None:
+        """New references are refused saying ``reason`` (a latched collision); "": taken."""
+        self.refusing = reason
+
+    def restart_trajectory(self, now: float) -> bool:
+        """After a gap in the joint states: the reference's points still due after ``now`` (s)
+        restart from the measured state, as a new trajectory starts; when none is due, or the
+        way from here leaves the URDF limits (``refuse_infeasible``), the measured position is
+        held instead (the old reference, resumed, would jump toward where it has got to).
+        Whether a reference was restarted."""
+        old, self.trajectory, self.hold_position = self.trajectory, None, None
+        if old is None or self.q is None:
+            return False
+        try:
+            sampler = old.restarted(now, self.q.copy(), self.v.copy(), self.law.continuous)
+            if sampler is not None and self.refuse_infeasible:
+                # the segments after the first are the old reference's, checked when it came
+                _refuse_infeasible(self.model, sampler.first_segment())
+        except (ControllerError, TrajectoryError):
+            return False
+        self.trajectory = sampler
+        return sampler is not None
 
     # -- inputs --------------------------------------------------------------------
 
@@ -476,21 +475,10 @@ class JointController:
 
     def _clamp(self, tau: np.ndarray, q: np.ndarray, v: np.ndarray
                ) -> tuple[np.ndarray, np.ndarray]:
-        """(τ of the commanded joints clamped to effort_scale × the URDF limits, then bounded
-        by the soft limits at (q, q̇) when they are on; τ of the commanded joints)."""
-        scale, low, high = self._limits
-        if scale != self.effort_scale:  # computed again only when the scale changes
-            high = self.model.effort_limit[self.index] * self.effort_scale
-            low = -high
-            self._limits = (self.effort_scale, low, high)
+        """(τ of the commanded joints within ``bounds`` at (q, q̇); τ of the commanded
+        joints)."""
         wanted = tau if self._every_joint else tau[self.index]
-        command = clamp_effort(wanted, high, lower=low)
-        if self.limiter is not None:  # after the controller's clamp, as hardware limits act
-            lower, upper = self.limiter.bounds(q, v)
-            if not self._every_joint:
-                lower, upper = lower[self.index], upper[self.index]
-            command = bound_effort(command, lower, upper)[0]
-        return command, wanted
+        return self.bounds.bound(wanted, q, v), wanted
 
     def effort_at(self, t: float, q: np.ndarray, v: np.ndarray) -> np.ndarray:
         """τ in model order at a simulated instant: the commanded joints' efforts clamped to
@@ -535,16 +523,13 @@ class JointController:
             clamped = [name for name, c, t in zip(self.joints, command, wanted) if c != t]
         return ControlOutput(command, clamped, error if self._every_joint else error[self.index])
 
-
-def holding_effort(controller: JointController) -> np.ndarray | None:
-    """The command holding the arm at ``controller``'s last measured pose (gravity + payload,
-    less what the drive adds itself: ``ControlLaw.holding_command``) for its commanded joints,
-    in its joint order, clamped to effort_scale × the URDF limits as its commands are (N·m or
-    N): what a node leaves an effort controller holding when it stops commanding. None before
-    a first state."""
-    q = controller.q
-    if q is None:
-        return None
-    tau = controller.law.holding_command(q)[controller.index]
-    limit = controller.model.effort_limit[controller.index] * controller.effort_scale
-    return clamp_effort(tau, limit)
+    def holding_effort(self) -> np.ndarray | None:
+        """The command holding the arm at the last measured pose (gravity + payload, less what
+        the drive adds itself: ``ControlLaw.holding_command``) for the commanded joints, in
+        their order, clamped to effort_scale × the URDF limits as the commands are (N·m or
+        N): what a node leaves an effort controller holding when it stops commanding. None
+        before a first state."""
+        q = self.q
+        if q is None:
+            return None
+        return clamp_effort(self.law.holding_command(q)[self.index], self.bounds.high)

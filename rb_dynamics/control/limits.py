@@ -32,8 +32,8 @@ import numpy as np
 
 from rb_dynamics.model import Model, clamp_effort
 
-__all__ = ["POSITION_BOUNDS_TOLERANCE", "SOFT_LIMIT_REACH_VELOCITY", "EffortLimiter",
-           "bound_effort", "soft_limit_effort_bounds"]
+__all__ = ["POSITION_BOUNDS_TOLERANCE", "SOFT_LIMIT_REACH_VELOCITY", "CommandBounds",
+           "EffortLimiter", "bound_effort", "soft_limit_effort_bounds"]
 
 # joint_limits' constants: how far past a hard position limit a joint may be (rad or m)
 # before the soft limiter allows no velocity, and the speed it allows back from past a soft
@@ -162,3 +162,40 @@ def bound_effort(tau: np.ndarray, lower: np.ndarray, upper: np.ndarray
     below, above = tau < lower, tau > upper
     bounded = np.where(below, lower, np.where(above, upper, tau))
     return bounded, below | above
+
+
+class CommandBounds:
+    """The bounds of a controller's commands for the joints at ``index`` (velocity
+    coordinates): effort_scale × their URDF effort limits, then, with soft limits on,
+    ros2_control's soft joint limiter's bounds at (q, q̇) (``EffortLimiter``), applied after
+    the clamp as hardware limits act."""
+
+    def __init__(self, model: Model, index: np.ndarray, soft_limits: bool = False,
+                 effort_scale: float = 1.0) -> None:
+        self.model, self.index = model, np.asarray(index)
+        self._every_joint = np.array_equal(self.index, np.arange(model.nv))
+        self.limiter = EffortLimiter(model) if soft_limits else None
+        self.set_scale(effort_scale)
+
+    @property
+    def soft_limits(self) -> bool:
+        return self.limiter is not None
+
+    def set_soft_limits(self, on: bool) -> None:
+        if on != self.soft_limits:
+            self.limiter = EffortLimiter(self.model) if on else None
+
+    def set_scale(self, effort_scale: float) -> None:
+        self.effort_scale = float(effort_scale)
+        self.high = self.model.effort_limit[self.index] * self.effort_scale  # N·m or N
+        self.low = -self.high
+
+    def bound(self, wanted: np.ndarray, q: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """``wanted`` (the joints' efforts) within the bounds at (q, q̇): a new array."""
+        command = clamp_effort(wanted, self.high, lower=self.low)
+        if self.limiter is not None:
+            lower, upper = self.limiter.bounds(q, v)
+            if not self._every_joint:
+                lower, upper = lower[self.index], upper[self.index]
+            command = bound_effort(command, lower, upper)[0]
+        return command

@@ -33,6 +33,7 @@ from .overlay import (
     DynamicsOverlay,
     OverlayError,
     apply_overlay,
+    only_joint_dynamics_differ,
     read_overlay,
     write_overlay,
 )
@@ -133,6 +134,7 @@ __all__ = [
     "finite_vector",
     "force_apply_transpose",
     "apply_overlay",
+    "only_joint_dynamics_differ",
     "jcalc",
     "joint_command_modes",
     "load_model",

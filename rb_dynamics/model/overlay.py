@@ -68,6 +68,7 @@ __all__ = [
     "DynamicsOverlay",
     "OverlayError",
     "apply_overlay",
+    "only_joint_dynamics_differ",
     "read_overlay",
     "write_overlay",
 ]
@@ -231,3 +232,12 @@ def apply_overlay(model: Model, overlay: DynamicsOverlay) -> Model:
             changes[OVERLAY_KEYS[key]][vi] = value
         identified[vi] |= bool(FRICTION_KEYS & set(overlay.joints[name]))
     return dataclasses.replace(model, **changes, identified_friction=identified)
+
+
+def only_joint_dynamics_differ(model: Model, base: Model) -> bool:
+    """Whether ``model`` is ``base`` with other joint dynamics, as an overlay makes it: the
+    same joints, tree, link inertias and effort limits."""
+    return (model.joint_names == base.joint_names and model.parent == base.parent
+            and all(np.array_equal(a, b) for a, b in zip(model.X_tree + model.inertia,
+                                                         base.X_tree + base.inertia))
+            and np.array_equal(model.effort_limit, base.effort_limit))

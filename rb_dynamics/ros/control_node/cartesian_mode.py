@@ -127,10 +127,10 @@ class CartesianMode:
         """Give a controller about to be swapped in its Cartesian law (none, and said, when
         the settings do not fit its model)."""
         try:
-            controller.law.cartesian = self._build(controller, self.settings)
+            controller.set_cartesian(self._build(controller, self.settings))
             self.problem = ""
         except (ControllerError, ValueError) as exc:
-            controller.law.cartesian = None
+            controller.set_cartesian(None)
             self.problem = f"no Cartesian impedance for {controller.model.name!r}: {exc}"
             self.node.get_logger().error(self.problem)
 
@@ -206,7 +206,7 @@ class CartesianMode:
         the candidate in its place (under the loop's lock)."""
         running = controller.law.cartesian
         if running is None or running.link != candidate.link:
-            controller.law.cartesian = candidate
+            controller.set_cartesian(candidate)
             self.problem = ""
             self.loop.stability.recheck()
             return

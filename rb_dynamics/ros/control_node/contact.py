@@ -300,11 +300,11 @@ class ContactMonitor:
 
     def _enforce(self, controller: JointController) -> None:
         """The latched reaction on ``controller`` (under the loop's lock)."""
-        controller.refusing = (f"a collision is latched ({self.latched.describe()}, reaction "
-                               f"{self.reaction}): call ~/reset_collision first")
-        controller.trajectory = None
+        controller.refuse_references(f"a collision is latched ({self.latched.describe()}, "
+                                     f"reaction {self.reaction}): call ~/reset_collision first")
+        controller.drop_trajectory()
         if self.reaction == "hold":
-            controller.hold_position = controller.q.copy()
+            controller.hold_measured()
             self.loop.holding_on_purpose()
         elif self.reaction == "compliant":
             if controller.mode != "gravity_compensation":
@@ -322,15 +322,15 @@ class ContactMonitor:
             latched, reaction, self.latched, self.reaction = self.latched, self.reaction, None, ""
             controller = self.loop.controller
             if controller is not None:
-                controller.refusing = ""
+                controller.refuse_references("")
                 if reaction == "compliant":
                     controller.set_mode(self.node.get_parameter("mode").value)
                 if reaction == "hold":
-                    controller.hold_position = None  # hold where the arm is now
+                    controller.hold_anew()  # where the arm is now
             if reaction == "stop":  # commands again, holding where the arm is
                 self.loop.suspended = ""
                 if controller is not None:
-                    controller.trajectory, controller.hold_position = None, None
+                    controller.hold()
             parts = self._parts
             if parts is not None:
                 parts.detector.reset()

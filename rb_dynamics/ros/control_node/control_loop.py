@@ -49,7 +49,7 @@ the integral term restarts (the observer, on the states' stamps, restarts by its
 States that go stale end a goal being executed (the goal's reference is dropped); when they come
 back (perhaps from another pose) the reference left, one from ``~/joint_trajectory``, restarts
 from the first fresh measured state with the points still due, as a new trajectory would
-(``control.restart_trajectory``), rather than jumping back to where it has got to; with none
+(``JointController.restart_trajectory``), rather than jumping back to where it has got to; with none
 left, or none feasible from there, the measured position is held.
 """
 
@@ -73,8 +73,6 @@ from rb_dynamics.control import (
     ControllerError,
     ControlOutput,
     JointController,
-    holding_effort,
-    restart_trajectory,
 )
 from rb_dynamics.control.stability import StabilityGuard
 from rb_dynamics.ros.conversions import to_seconds
@@ -110,7 +108,7 @@ def stop_effort(stop_command: str, controller: JointController | None) -> np.nda
         return None
     if stop_command == "zero":
         return np.zeros(len(controller.joints))
-    return holding_effort(controller)
+    return controller.holding_effort()
 
 
 class LoopTime:
@@ -242,7 +240,7 @@ class ControlLoop:
             self._publishing = True
             controller = self._controller
             if controller is not None:
-                controller.trajectory, controller.hold_position = None, None
+                controller.hold()
                 self._hold_reported = False
 
     def stop_publishing(self, why: str = "stopped") -> None:
@@ -291,7 +289,7 @@ class ControlLoop:
                     self.fault("stale", f"no usable joint state for {age:.3f} s (state_timeout "
                                f"{controller.max_state_age} s)", controller)
                     # the next fresh state restarts the reference from there (the docstring)
-                    controller.hold_position = None
+                    controller.hold_anew()
                     self._restart_reference, self._hold_reported = True, False
 
     def _see_time(self, now_ns: int, state: float | None, controller: JointController) -> None:
@@ -303,7 +301,7 @@ class ControlLoop:
             self._last_publish = -np.inf
             controller.state_reader.missing_velocity.estimator.reset()
             self.fault("time", why, controller)
-            controller.trajectory, controller.hold_position = None, None
+            controller.hold()
             controller.reset_integral()
             self._restart_reference = self._hold_reported = False
 
@@ -425,7 +423,7 @@ class ControlLoop:
             self.drive_check.observe(msg, controller, self.problem)
         if self._restart_reference:
             self._restart_reference = False
-            if restart_trajectory(controller, state_time):
+            if controller.restart_trajectory(state_time):
                 self.node.get_logger().info("joint states back: the reference restarts from "
                                             "the measured state")
         # the period between the instants the states describe: the driver's, which a busy

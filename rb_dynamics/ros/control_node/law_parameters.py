@@ -141,17 +141,12 @@ def apply_law_changes(controller: JointController, changes: dict[str, Any],
     mode_changed = "mode" in changes
     if mode_changed:
         controller.set_mode(changes["mode"])
-    law = controller.law
-    law.friction_compensation = changes.get("friction_compensation", law.friction_compensation)
-    if "soft_limits" in changes and changes["soft_limits"] != controller.soft_limits:
-        controller.soft_limits = changes["soft_limits"]
-    controller.interpolate_from_desired_state = changes.get(
-        "interpolate_from_desired_state", controller.interpolate_from_desired_state)
-    controller.refuse_infeasible = changes.get("refuse_infeasible_trajectories",
-                                               controller.refuse_infeasible)
-    controller.max_state_age = changes.get("state_timeout", controller.max_state_age)
-    controller.effort_scale = changes.get("effort_scale", controller.effort_scale)
-    missing = controller.state_reader.missing_velocity
-    missing.choice = changes.get("missing_velocity", missing.choice)
-    missing.estimator.cutoff = changes.get("velocity_cutoff", missing.estimator.cutoff)
+    controller.configure(
+        friction_compensation=changes.get("friction_compensation"),
+        soft_limits=changes.get("soft_limits"),
+        interpolate_from_desired_state=changes.get("interpolate_from_desired_state"),
+        refuse_infeasible=changes.get("refuse_infeasible_trajectories"),
+        max_state_age=changes.get("state_timeout"), effort_scale=changes.get("effort_scale"),
+        missing_velocity=changes.get("missing_velocity"),
+        velocity_cutoff=changes.get("velocity_cutoff"))
     return mode_changed

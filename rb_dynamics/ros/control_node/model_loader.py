@@ -13,7 +13,7 @@ load, until ``~/set_dynamics_overlay`` gives one (``set_overlay``); then that on
 cannot be read, or an overlay that does not fit the description, refuses the description.
 ``set_overlay`` swaps the overlaid model in between two commands: new dynamics (answering at
 once on the reference algorithms, on generated kernels with the new armature once built), given
-to the running controller (``control.swap_dynamics``: its reference and goal go on).
+to the running controller (``JointController.swap_dynamics``: its reference and goal go on).
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from rb_dynamics.control import (
     JointController,
     command_step_problem,
     overlay_problem,
-    swap_dynamics,
 )
 from rb_dynamics.dynamics import ConstraintSet, LiveDynamics
 from rb_dynamics.model import DynamicsOverlay, Model, apply_overlay, load_model, read_overlay
@@ -178,7 +177,7 @@ class ModelLoader:
             with self.loop.lock:
                 if controller is not None:
                     _check_swap(controller, dynamics, gains, self.loop.stability.loop_period)
-                    swap_dynamics(controller, dynamics)
+                    controller.swap_dynamics(dynamics)
                     controller.set_gains(**gains)
                     self.loop.stability.recheck()
                 self.model, self.dynamics = model, dynamics

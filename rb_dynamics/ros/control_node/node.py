@@ -188,9 +188,8 @@ class ControlNode(LifecycleNode):
         if why is not None:
             raise ControllerError(f"{why}, the shortest period a driver plausibly has: "
                                   "unstable at every state rate")
-        controller.effort_scale = value("effort_scale")
-        controller.law.drive = DriveConventions(**{name: value(f"drive.{name}")
-                                                   for name in DRIVE_SETTINGS})
+        controller.configure(effort_scale=value("effort_scale"), drive=DriveConventions(
+            **{name: value(f"drive.{name}") for name in DRIVE_SETTINGS}))
         self.payload.attach(controller)
         self.cartesian.attach(controller)
         return controller

@@ -161,7 +161,7 @@ class PayloadServices:
             wanted = self._wanted(controller.model)
         except ValueError:
             wanted = None
-        controller.law.payload = self._effort(controller.model, wanted)
+        controller.set_payload(self._effort(controller.model, wanted))
 
     def installed(self, model: Model) -> None:
         """After a model is swapped in: the payload goes on (or is dropped, and said, when its
@@ -203,7 +203,7 @@ class PayloadServices:
         effort = self._effort(controller.model, payload)
         with self.loop.lock:
             if self.loop.controller is controller:  # else ``installed`` is coming for the new
-                controller.law.payload = effort
+                controller.set_payload(effort)
 
     def dynamics(self) -> Dynamics | None:
         """The node's dynamics with the current payload (the services' robot)."""

@@ -182,8 +182,8 @@ class TrajectoryAction:
             return
         if kind == "stale":
             outcome = Outcome("abort", INVALID_GOAL, f"Aborted: joint states stopped: {why}")
-            if controller.trajectory is goal.sampler:  # not restarted when states come back
-                controller.trajectory = None
+            # not restarted when states come back
+            controller.drop_trajectory(goal.sampler)
         else:
             outcome = Outcome("abort", INVALID_GOAL, f"Aborted: {why}", hold=True)
         self._end(goal, outcome, controller)
@@ -202,8 +202,7 @@ class TrajectoryAction:
     def _hold(self, goal: GoalTracker, controller: JointController) -> None:
         """JTC's ``set_hold_position``: the measured position, at rest (under loop.lock)."""
         if controller.trajectory is goal.sampler:
-            controller.trajectory = None
-            controller.hold_position = controller.q.copy()
+            controller.hold_measured()
             self.loop.holding_on_purpose()
 
     # ------------------------------------------------------------------ executor
@@ -323,7 +322,7 @@ class TrajectoryAction:
                 if previous is not None:
                     self._end(previous, Outcome("abort", INVALID_GOAL, "Current goal "
                                                 "preempted by new incoming action."), None)
-                goal.controller.trajectory = goal.sampler
+                goal.controller.follow(goal.sampler)
                 self.loop.reference_changed()
                 self._goal = goal
         if refused is not None:

@@ -94,5 +94,5 @@ class TrajectoryTopic:
             return
         with self.loop.lock:
             if self.loop.controller is controller:
-                controller.trajectory = sampler
+                controller.follow(sampler)
                 self.loop.reference_changed()
