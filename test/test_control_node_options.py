@@ -129,7 +129,12 @@ def test_max_publish_rate_limits_the_commands(tmp_path, limit):
         assert stream.sent > 4 * 2.0 * limit
         assert 0.6 * 2.0 * limit <= len(answered) <= 2.0 * limit + 3, (stream.sent,
                                                                        len(answered))
-        assert min(np.diff(answered)) > 0.5 / limit  # no bursts
+        # no bursts: in any half second at most the limit's share; counted by arrival in this
+        # process, which a busy machine delays and delivers two at a time (single gaps of a
+        # few ms), but never more than the node sent in that span
+        times = np.array(answered)
+        window = [np.count_nonzero((times >= t) & (times < t + 0.5)) for t in times]
+        assert max(window) <= 0.5 * limit + 3, (max(window), np.diff(times).round(4).tolist())
     finally:
         node.close()
 
