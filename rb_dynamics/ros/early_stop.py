@@ -14,10 +14,13 @@ heavy imports begin.
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
+from collections.abc import Callable
+from typing import Any
 
-__all__ = ["stop_at_once_until_running"]
+__all__ = ["lazy_attributes", "run_main", "stop_at_once_until_running"]
 
 
 def _exit_at_once(_signum, _frame) -> None:
@@ -29,3 +32,20 @@ def stop_at_once_until_running() -> None:
     them over."""
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _exit_at_once)
+
+
+def run_main(module: str) -> int:
+    """The process of ``module``'s ``main`` (its exit code), imported once the stop signals
+    are handled."""
+    stop_at_once_until_running()
+    return importlib.import_module(module).main()
+
+
+def lazy_attributes(module: str, names: list[str]) -> Callable[[str], Any]:
+    """A package's ``__getattr__`` giving ``names`` from ``module``, imported when first used
+    (never by ``run_main`` before the stop signals are handled)."""
+    def attribute(name: str) -> Any:
+        if name in names:
+            return getattr(importlib.import_module(module), name)
+        raise AttributeError(f"module {module.rpartition('.')[0]!r} has no attribute {name!r}")
+    return attribute

@@ -5,25 +5,14 @@ torque), the FollowJointTrajectory action, the dynamics and payload services.
 Run it with ``python -m rb_dynamics.ros.control_node`` or ``ros2 run rb_dynamics rb_dynamics_node``.
 """
 
-from rb_dynamics.ros.early_stop import stop_at_once_until_running
+from rb_dynamics.ros.early_stop import lazy_attributes, run_main
 
 __all__ = ["run", "NODE_NAME", "ControlNode", "main"]
 
-
-def __getattr__(name: str):
-    # the node's module is imported when first used, never by ``run`` before the stop
-    # signals are handled
-    if name in __all__:
-        from . import node
-
-        return getattr(node, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_attributes(f"{__name__}.node", ["NODE_NAME", "ControlNode", "main"])
 
 
 def run() -> int:
     """``rb_dynamics_node``: the process (its exit code); a stop signal during the imports ends it
     at once (``ros.early_stop``)."""
-    stop_at_once_until_running()
-    from .node import main
-
-    return main()
+    return run_main(f"{__name__}.node")

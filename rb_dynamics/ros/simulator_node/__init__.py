@@ -5,25 +5,14 @@ a ``<ros2_control>`` block in, joint states out).
 Run it with ``python -m rb_dynamics.ros.simulator_node`` or ``ros2 run rb_dynamics rb_simulator``.
 """
 
-from rb_dynamics.ros.early_stop import stop_at_once_until_running
+from rb_dynamics.ros.early_stop import lazy_attributes, run_main
 
 __all__ = ["run", "NODE_NAME", "SimulatorNode", "main"]
 
-
-def __getattr__(name: str):
-    # the node's module is imported when first used, never by ``run`` before the stop
-    # signals are handled
-    if name in __all__:
-        from . import node
-
-        return getattr(node, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_attributes(f"{__name__}.node", ["NODE_NAME", "SimulatorNode", "main"])
 
 
 def run() -> int:
     """``rb_simulator``: the process (its exit code); a stop signal during the imports ends it
     at once (``ros.early_stop``)."""
-    stop_at_once_until_running()
-    from .node import main
-
-    return main()
+    return run_main(f"{__name__}.node")
