@@ -171,8 +171,9 @@ def test_loading_a_large_model_never_stalls_the_loop_or_the_services(tmp_path):
             assert answer.success, answer.message
             node.wait_for(seen, 0.1)
 
-    # the compiler runs niced: on a machine with a busy core a cold 60-link build takes minutes
-    probe("dynamics kernels: c", 1, 300.0)
+    # the compiler runs niced: on a machine whose cores are busy (another suite beside this
+    # one) a cold 60-link build takes minutes
+    probe("dynamics kernels: c", 1, 600.0)
     assert "dynamics kernels: c" in node.output(), node.output()
     # the baseline, on this machine under its load now: the loop and a service call with
     # nothing being built
@@ -185,7 +186,7 @@ def test_loading_a_large_model_never_stalls_the_loop_or_the_services(tmp_path):
     start, latencies[:] = len(commands), []
     heavier = chain_urdf(n, "chain60_heavier", mass=0.2)  # new kernels: a new compile
     node.describe(heavier)
-    probe("dynamics kernels: c", 2, 300.0)
+    probe("dynamics kernels: c", 2, 600.0)
     node.wait_for(lambda: len(commands) > start + 100, 5.0)
     times = [t for t, _ in commands[start:]]
     print(f"\n60-link chain rebuilt: largest command gap {1e3 * gaps(times):.1f} ms over "
