@@ -19,8 +19,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from ros_harness import Session, close_all
+import yaml
+from ros_harness import Session, close_all, fresh_name
 from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import SetBool
 
 from rb_dynamics import DEFAULT_URDF
@@ -98,10 +100,14 @@ def test_plan_send_record_fit_on_the_simulated_arm(tmp_path):
         assert sim.peer.call(pause, SetBool.Request(data=False)).success
         # the loop is closed (the control node answers states) before the goal goes out
         assert sim.peer.wait_for(lambda: len(states) > 200, 60.0), control.output()[-3000:]
+        # 18 s of lock-step sim time: minutes of wall time on a busy machine
         sent = _run("send", str(plan_dir / "excitation.yaml"), "--action",
-                    "/rb_dynamics/follow_joint_trajectory", "--timeout", "60")
+                    "/rb_dynamics/follow_joint_trajectory", "--timeout", "60", timeout=900.0)
         assert sent.returncode == 0 and "error_code 0" in sent.stdout, (
             sent.stdout + sent.stderr + control.output()[-3000:])
+        print("\n" + sent.stdout)
+        followed = sent.stdout[sent.stdout.index("followed ("):]
+        assert all(name in followed for name in true.actuated_joint_names), sent.stdout
         recorder.send_signal(signal.SIGINT)
         stdout, stderr = recorder.communicate(timeout=60)
         assert recorder.returncode == 0, stdout + stderr
@@ -136,6 +142,71 @@ def test_plan_send_record_fit_on_the_simulated_arm(tmp_path):
     assert max(report["consistent"]["validation"]["rms_over_sigma"]) <= 1.5
     assert error <= 0.01 and urdf_error >= 10 * error
     assert (out / "overlay.yaml").exists() and (out / "validation.png").exists()
+
+
+def test_send_gives_the_goal_tolerances_and_an_arm_that_does_not_follow_aborts_it(tmp_path):
+    """A goal file without tolerances gets ``--path-tolerance``: a controller too weak to follow
+    (computed torque at kp 1/s²) leaves the path, the server aborts the goal, ``send`` exits 4
+    saying why and how far each joint followed (from the server's feedback)."""
+    pytest.importorskip("control_msgs.action", reason="control_msgs (../shared/vendor) is not "
+                        "installed: no FollowJointTrajectory action to send to")
+    joints = load_model(DEFAULT_URDF).actuated_joint_names
+    start = [0.3, -1.2, 1.4, -0.8, 0.9, 0.2]
+    states = f"/{fresh_name('send_tolerance')}/joint_states"
+    sim = Session("rb_dynamics.ros.simulator_node", tmp_path, {
+        "urdf_path": str(DEFAULT_URDF), "initial_positions": start, "publish_rate": 500.0,
+        "command_timeout": 1.0, "start_paused": True}, "-r", f"joint_states:={states}",
+        name=fresh_name("rb_simulator"))
+    control = Session("rb_dynamics.ros.control_node", tmp_path, {
+        "urdf_path": str(DEFAULT_URDF), "mode": "computed_torque", "kp": [1.0] * 6,
+        "kd": [2.0] * 6, "state_timeout": 5.0},
+        "-r", f"~/effort_commands:=/{sim.name}/commands", "-r", f"joint_states:={states}",
+        name=fresh_name("rb_dynamics"), peer=sim.peer)
+    goal = tmp_path / "swing.yaml"
+    goal.write_text(yaml.safe_dump({"trajectory": {"joint_names": joints, "points": [
+        {"positions": [start[0] + 1.2, *start[1:]], "time_from_start": {"sec": 6}}]}}))
+    try:
+        # the loop is closed (the control node answers the paused arm's states) before the
+        # arm moves and the goal goes out
+        heard = control.received(Float64MultiArray, f"/{sim.name}/commands")
+        assert sim.peer.wait_for(lambda: len(heard) > 50, 60.0), control.output()[-3000:]
+        pause = sim.peer.node.create_client(SetBool, f"/{sim.name}/pause")
+        assert sim.peer.wait_for(pause.service_is_ready, 60.0), sim.output()
+        assert sim.peer.call(pause, SetBool.Request(data=False)).success
+        sent = _run("send", str(goal), "--action", f"/{control.name}/follow_joint_trajectory",
+                    "--timeout", "30", "--path-tolerance", "0.2")
+    finally:
+        close_all(control, sim)
+    print("\n" + sent.stdout)
+    assert sent.returncode == 4, sent.stdout + sent.stderr
+    assert "path tolerance violation: shoulder_pan_joint" in sent.stdout, sent.stdout
+    assert "left the planned path" in sent.stdout and "--path-tolerance" in sent.stdout
+    report = sent.stdout[sent.stdout.index("followed ("):].splitlines()
+    rows = [line.split() for line in report[1:len(joints) + 1]]
+    assert [row[0] for row in rows] == joints, sent.stdout
+    assert all(float(row[-1]) >= float(row[-2]) >= 0.0 for row in rows), sent.stdout
+
+
+def test_send_keeps_a_goal_files_own_tolerances():
+    pytest.importorskip("control_msgs.action", reason="control_msgs (../shared/vendor) is not "
+                        "installed")
+    from control_msgs.action import FollowJointTrajectory
+    from control_msgs.msg import JointTolerance
+
+    from rb_dynamics.ros.identification.ros_commands import _give_tolerances
+
+    bare = FollowJointTrajectory.Goal()
+    bare.trajectory.joint_names = ["a", "b"]
+    _give_tolerances(bare, 0.5, 0.1)
+    assert [(t.name, t.position) for t in bare.path_tolerance] == [("a", 0.5), ("b", 0.5)]
+    assert [(t.name, t.position) for t in bare.goal_tolerance] == [("a", 0.1), ("b", 0.1)]
+    assert bare.goal_time_tolerance.sec > 0
+    own = FollowJointTrajectory.Goal()
+    own.trajectory.joint_names = ["a", "b"]
+    own.path_tolerance = [JointTolerance(name="a", position=0.05)]
+    _give_tolerances(own, 0.5, 0.0)
+    assert [(t.name, t.position) for t in own.path_tolerance] == [("a", 0.05)]
+    assert not own.goal_tolerance and own.goal_time_tolerance.sec == 0
 
 
 def _bag(path: Path, names, effort=True, n=400, position=0.0) -> Path:

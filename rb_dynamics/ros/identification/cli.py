@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .exit_codes import EXIT_INPUT, EXIT_MISSING, EXIT_OK
+from .ros_commands import DEFAULT_GOAL_TOLERANCE, DEFAULT_PATH_TOLERANCE
 
 # BLAS threads fight over a shared 2-core machine and slow small factorisations 100-fold;
 # one thread per process is the fast choice for these sizes (set before numpy loads)
@@ -138,6 +139,13 @@ def _parser() -> argparse.ArgumentParser:
     send.add_argument("--action", default="/rb_dynamics/follow_joint_trajectory")
     send.add_argument("--timeout", type=POSITIVE, default=10.0, help="s to wait for the "
                       "server, and for the result beyond the goal's duration (10)")
+    send.add_argument("--path-tolerance", type=_number(0.0), default=DEFAULT_PATH_TOLERANCE,
+                      help="rad (m): the server aborts the goal when a joint is further from "
+                      f"the plan; given to a goal without tolerances; 0: none "
+                      f"({DEFAULT_PATH_TOLERANCE:g})")
+    send.add_argument("--goal-tolerance", type=_number(0.0), default=DEFAULT_GOAL_TOLERANCE,
+                      help="rad (m) from the plan's last point, 2 s after its end; given to "
+                      f"a goal without tolerances; 0: none ({DEFAULT_GOAL_TOLERANCE:g})")
     _common(send)
 
     record = sub.add_parser("record", help="record joint states into a rosbag2")
@@ -285,7 +293,9 @@ def main(argv: list[str] | None = None) -> int:
         from .ros_commands import record, send
 
         if args.command == "send":
-            return send(args.goal, action=args.action, timeout=args.timeout, say=say)
+            return send(args.goal, action=args.action, timeout=args.timeout, say=say,
+                        path_tolerance=args.path_tolerance,
+                        goal_tolerance=args.goal_tolerance)
         return record(args.out, topic=args.topic, storage=args.storage,
                       duration=args.duration, wait=args.wait, say=say)
     except MissingDependency as exc:

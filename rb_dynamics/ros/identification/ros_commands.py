@@ -26,8 +26,16 @@ from .exit_codes import EXIT_INPUT, EXIT_OK, EXIT_ROS
 # a goal of MAX_TRAJECTORY_POINTS (10,000) points on 10 joints (positions, velocities,
 # accelerations) is ~5.5 MB of YAML: this bound takes 35 joints
 MAX_GOAL_FILE_BYTES = 20_000_000
+# the tolerances ``send`` gives a goal that has none (rad, or m on a prismatic joint): an arm
+# further than this from the planned path is not executing the excitation, and a real one may
+# be swinging where nobody planned it to go. No goal tolerance by default: how the arm settles
+# after the last point is no part of the recording, and a badly modelled arm's slow settling
+# must not turn an excitation executed in full into a failed goal
+DEFAULT_PATH_TOLERANCE = 1.0
+DEFAULT_GOAL_TOLERANCE = 0.0
+GOAL_TIME_TOLERANCE = 2  # s after the goal's end to come within its goal tolerance
 
-__all__ = ["goal_duration", "record", "send", "states_lost"]
+__all__ = ["FollowingReport", "goal_duration", "record", "send", "states_lost"]
 
 
 def record(out: Path, *, topic: str, storage: str, duration: float | None, wait: float,
@@ -171,13 +179,18 @@ def _spin(node, stop: threading.Event) -> None:
         executor.spin_once(timeout_sec=0.05)
 
 
-def send(goal_file: Path, *, action: str, timeout: float, say: Callable[[str], None]) -> int:
+def send(goal_file: Path, *, action: str, timeout: float, say: Callable[[str], None],
+         path_tolerance: float = DEFAULT_PATH_TOLERANCE,
+         goal_tolerance: float = DEFAULT_GOAL_TOLERANCE) -> int:
     """Send the goal in ``goal_file`` to ``action`` and wait for its result while the server
     answers; returns the exit code. A server silent (no feedback, no result) for ``timeout`` s
     is taken for dead, the goal cancelled (one that dies mid-goal never answers; the goal's
     duration is the server's time, simulated time on a lock-step simulator, which may run far
     slower than the wall clock); SIGINT/SIGTERM cancel the goal and end the command (exit 4).
-    Progress lines go to ``say``."""
+    A goal without tolerances gets ``path_tolerance`` and ``goal_tolerance`` (rad or m, every
+    joint; 0: none) so that the server aborts an excitation the arm does not follow; how well
+    it was followed (from the server's feedback) is printed at the end. Progress lines go to
+    ``say``."""
     from rb_dynamics.model import plain_yaml, read_text_file
 
     # excitation.yaml is a goal (five levels of nesting); ValueError/OSError reach main. Its
@@ -213,11 +226,17 @@ def send(goal_file: Path, *, action: str, timeout: float, say: Callable[[str], N
             print(f"rb_dynamics_identify send: {goal_file} is not a FollowJointTrajectory "
                   f"goal: {exc}")
             return EXIT_INPUT
+        _give_tolerances(goal, path_tolerance, goal_tolerance)
         say(f"sending {len(goal.trajectory.points)} points ({duration:.1f} s) to "
             f"{action}")
         heard = [time.monotonic()]  # when the server last said something of the goal
-        future = client.send_goal_async(
-            goal, feedback_callback=lambda _feedback: heard.__setitem__(0, time.monotonic()))
+        following = FollowingReport()
+
+        def on_feedback(message) -> None:
+            heard[0] = time.monotonic()
+            following.add(message.feedback)
+
+        future = client.send_goal_async(goal, feedback_callback=on_feedback)
         if not _spin_until(node, future, time.monotonic() + timeout, stop):
             print(f"rb_dynamics_identify send: {action} did not answer the goal in "
                   f"{timeout:g} s" + (" (interrupted)" if stop.is_set() else ""))
@@ -242,10 +261,96 @@ def send(goal_file: Path, *, action: str, timeout: float, say: Callable[[str], N
             return EXIT_ROS
         result = result_future.result().result
         print(f"result: error_code {result.error_code} {result.error_string!r}")
+        for line in following.lines():
+            print(line)
+        if result.error_code == FollowJointTrajectory.Result.PATH_TOLERANCE_VIOLATED:
+            print("rb_dynamics_identify send: the arm left the planned path by more than the "
+                  "path tolerance: the controller cannot execute this excitation with its "
+                  "model (an armature the URDF lacks cuts computed torque's gain on light "
+                  "joints); raise its gains, give it a first identification "
+                  "(dynamics_overlay) or a slower plan, or relax --path-tolerance")
         return EXIT_OK if result.error_code == 0 else EXIT_ROS
     finally:
         node.destroy_node()
         rclpy.try_shutdown()
+
+
+def _give_tolerances(goal, path_tolerance: float, goal_tolerance: float) -> None:
+    """Per-joint position tolerances on a goal that has none (a goal file's own are kept); a
+    tolerance of 0 adds none. A goal tolerance comes with GOAL_TIME_TOLERANCE where the goal
+    has no time tolerance: without one a trajectory controller waits for it forever."""
+    from control_msgs.msg import JointTolerance
+
+    names = list(goal.trajectory.joint_names)
+    for tolerances, value in ((goal.path_tolerance, path_tolerance),
+                              (goal.goal_tolerance, goal_tolerance)):
+        if value > 0.0 and not tolerances:
+            tolerances.extend(JointTolerance(name=name, position=float(value))
+                              for name in names)
+    time_tolerance = goal.goal_time_tolerance
+    if goal_tolerance > 0.0 and time_tolerance.sec == 0 and time_tolerance.nanosec == 0:
+        time_tolerance.sec = GOAL_TIME_TOLERANCE
+
+
+class FollowingReport:
+    """How well a goal was followed, from the server's FollowJointTrajectory feedback: per
+    joint the range of the actual positions over the range of the desired ones, and the RMS
+    and largest position error (feedback comes at the server's monitor rate: a sample of the
+    goal, not every state)."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.count = 0
+
+    def add(self, feedback) -> None:
+        """Take one feedback message (one whose joints differ from the first's is skipped)."""
+        names = list(feedback.joint_names)
+        desired = np.asarray(feedback.desired.positions, float)
+        actual = np.asarray(feedback.actual.positions, float)
+        error = np.asarray(feedback.error.positions, float)
+        n = len(names)
+        if not (n and len(desired) == len(actual) == len(error) == n):
+            return
+        if not self.names:
+            self.names = names
+            self._desired_low, self._desired_high = desired.copy(), desired.copy()
+            self._actual_low, self._actual_high = actual.copy(), actual.copy()
+            self._squared, self._largest = np.zeros(n), np.zeros(n)
+        elif names != self.names:
+            return
+        np.minimum(self._desired_low, desired, out=self._desired_low)
+        np.maximum(self._desired_high, desired, out=self._desired_high)
+        np.minimum(self._actual_low, actual, out=self._actual_low)
+        np.maximum(self._actual_high, actual, out=self._actual_high)
+        self._squared += error * error
+        np.maximum(self._largest, np.abs(error), out=self._largest)
+        self.count += 1
+
+    def lines(self) -> list[str]:
+        """The report: a header, one line per joint, and a warning per joint whose executed
+        range is under half or over 1.5 times its planned one (``fit`` refuses under half)."""
+        if not self.count:
+            return ["followed: the server sent no feedback with positions"]
+        planned = self._desired_high - self._desired_low
+        executed = self._actual_high - self._actual_low
+        rms = np.sqrt(self._squared / self.count)
+        width = max(len(name) for name in self.names)
+        out = [f"followed ({self.count} feedback messages): {'joint':<{width}}  range  "
+               "error RMS  error max",
+               *(f"  {name:<{width}}  {self._percent(e, p):>5}  {r:9.3g}  {m:9.3g}"
+                 for name, e, p, r, m in zip(self.names, executed, planned, rms,
+                                             self._largest))]
+        for name, e, p in zip(self.names, executed, planned):
+            if p > 1e-6 and not 0.5 <= e / p <= 1.5:
+                out.append(f"rb_dynamics_identify send: {name} covered {100 * e / p:.0f} % "
+                           "of its planned range: the excitation was not executed as planned "
+                           "(fit refuses a joint under 50 %); see docs/identification.md, "
+                           "'When the arm does not follow the plan'")
+        return out
+
+    @staticmethod
+    def _percent(executed: float, planned: float) -> str:
+        return f"{100 * executed / planned:.0f} %" if planned > 1e-6 else "-"
 
 
 def goal_duration(data, where: str) -> float:
