@@ -117,11 +117,16 @@ class Loop:
         simulator takes it (it turns with the tool); that force."""
         R = link_pose(MODEL, self.position(), LINK)[:3, :3]
         local = R.T @ np.asarray(force, dtype=float)
-        self.sim.publisher(WrenchStamped, "~/external_wrench").publish(_wrench(LINK, local))
+        self.sim.publish_matched(WrenchStamped, "~/external_wrench", _wrench(LINK, local))
         return local
 
     def release(self) -> None:
-        self.sim.publisher(WrenchStamped, "~/external_wrench").publish(_wrench("", (0, 0, 0)))
+        self.sim.publish_matched(WrenchStamped, "~/external_wrench", _wrench("", (0, 0, 0)))
+
+    def first_pushed(self) -> float:
+        """The instant the first push began: the step before the first state the simulator
+        published a true external effort for (the loop runs on while the test pushes)."""
+        return min(t for t, tau in _by_stamp(self.truth).items() if tau.any()) - 0.001
 
     def position(self) -> np.ndarray:
         msg = self.states[-1][1]
@@ -141,9 +146,9 @@ def _by_stamp(messages: list) -> dict[float, np.ndarray]:
 def test_push_estimated_published_and_detected(tmp_path):
     loop = Loop(tmp_path, {"reaction": "none"})
     try:
-        start = loop.now
         local = loop.push()
         loop.run_for(0.3)
+        start = loop.first_pushed()
         # the truth is Pinocchio's Jᵀ F at the published state
         states = {round(_stamp(m), 6): m for _, m in loop.states}
         checked = 0
@@ -204,7 +209,9 @@ def test_each_reaction_ends_the_goal_and_holds_until_reset(tmp_path, reaction):
     try:
         assert client.wait_for_server(timeout_sec=30.0), loop.logs()
 
-        def send(q_goal: np.ndarray, seconds: float = 3.0):
+        # (long enough to be running when the push lands: the loop runs on during the
+        # handshake)
+        def send(q_goal: np.ndarray, seconds: float = 10.0):
             point = JointTrajectoryPoint(positions=q_goal.tolist(), velocities=[0.0] * 6)
             point.time_from_start.sec = int(seconds)
             goal = FollowJointTrajectory.Goal(trajectory=JointTrajectory(

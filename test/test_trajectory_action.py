@@ -264,7 +264,7 @@ def test_an_impossible_path_tolerance_aborts_and_holds(arm):
 
 def test_a_new_goal_preempts_the_old_one_and_a_topic_trajectory_preempts_too(arm):
     q_start = arm.q()
-    first = arm.send(arm.goal(q_start + 0.3, duration=3.0))
+    first = arm.send(arm.goal(q_start + 0.3, duration=10.0))  # still running at the next
     arm.wait_sim(0.5)
     second = arm.send(arm.goal(q_start - 0.2, duration=1.5))
     assert arm.result(first) == ("ABORTED", Result.INVALID_GOAL,
@@ -273,11 +273,11 @@ def test_a_new_goal_preempts_the_old_one_and_a_topic_trajectory_preempts_too(arm
     arm.wait_sim(0.1)
     assert np.abs(arm.q() - (q_start - 0.2)).max() < 1e-3
     # a trajectory on ~/joint_trajectory replaces the goal's: the goal is told
-    third = arm.send(arm.goal(q_start, duration=3.0))
-    arm.wait_sim(0.3)
     publisher = arm.peer.node.create_publisher(JointTrajectory, "/rb_dynamics/joint_trajectory",
                                                10)
-    assert arm.peer.wait_for(lambda: publisher.get_subscription_count() > 0, 5.0)
+    assert arm.peer.wait_for(lambda: publisher.get_subscription_count() > 0, 10.0)
+    third = arm.send(arm.goal(q_start, duration=30.0))  # running when the trajectory comes
+    arm.wait_sim(0.3)
     publisher.publish(JointTrajectory(joint_names=arm.joints, points=[JointTrajectoryPoint(
         positions=arm.q().tolist())]))
     assert arm.result(third) == ("ABORTED", Result.INVALID_GOAL,
@@ -286,8 +286,10 @@ def test_a_new_goal_preempts_the_old_one_and_a_topic_trajectory_preempts_too(arm
 
 def test_cancel_holds_position(arm):
     q_start = arm.q()
-    handle = arm.send(arm.goal(q_start + 0.4, duration=3.0))
-    arm.wait_sim(0.8)
+    # the cancel lands within 2 s of sim time (the lock-step pair runs on meanwhile) while the
+    # reference is still short of 0.3 rad
+    handle = arm.send(arm.goal(q_start + 0.4, duration=6.0))
+    arm.wait_sim(1.6)
     cancel = handle.cancel_goal_async()
     assert arm.peer.wait_for(cancel.done, 10.0)
     assert len(cancel.result().goals_canceling) == 1
@@ -312,7 +314,7 @@ def test_a_cancel_is_never_rejected_even_for_a_preempted_goal(arm):
 
     q_start = arm.q()
     for _ in range(3):
-        first = arm.send(arm.goal(q_start + 0.2, duration=3.0))
+        first = arm.send(arm.goal(q_start + 0.2, duration=10.0))  # running at the second
         arm.wait_sim(0.2)
         second = arm.client.send_goal_async(arm.goal(q_start, duration=1.0))
         cancel = first.cancel_goal_async()
