@@ -43,14 +43,14 @@ def test_controller_stops_when_the_simulator_dies_and_resumes_with_a_new_one(tmp
         assert control.wait_for(lambda: len(commands) > 50, 20), control.output() + sim.output()
         sim.kill()
         killed = time.monotonic()
-
-        def late() -> list:  # nothing is published without state
-            return [t for t, _ in commands if t > killed + 0.3]
-
         assert control.wait_for(lambda: any(
             t > killed and s.level == DiagnosticStatus.ERROR and "stale" in s.message
-            for t, s in control.statuses()), 5.0), [s.message for _, s in control.statuses()]
-        assert not control.wait_for(late, killed + 2.5 - time.monotonic()), control.output()
+            for t, s in control.statuses()), 10.0), [s.message for _, s in control.statuses()]
+        # nothing is published without states: the commands sent before the kill (and the one
+        # stop command) may reach this busy process late; once they stopped arriving, none
+        # follows
+        settled = control.peer.settle(commands, quiet=0.5, timeout=10.0)
+        assert not control.wait_for(lambda: len(commands) > settled, 2.0), control.output()
         sim = arm_simulator(tmp_path, name)
         count = len(commands)
         assert control.wait_for(lambda: len(commands) > count + 50, 20), control.output()

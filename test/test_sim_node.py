@@ -181,7 +181,7 @@ def test_lock_step_waits_lockstep_timeout_from_the_resume_not_from_the_start(tmp
     wait from the start: resumed after a start-up longer than lockstep_timeout (a busy machine
     bringing up the control node), it stepped uncommanded from the first tick, and an arm
     held by the control node fell before the node's first command arrived."""
-    timeout, window = 2.0, 0.7
+    timeout, window = 3.0, 1.2  # (states resent every 0.2 s; 1.8 s for the pause's answer)
     sim = simulator(tmp_path, {
         "urdf_path": UR5, "initial_positions": Q0, "publish_rate": 200.0, "lockstep": True,
         "lockstep_timeout": timeout, "time_step": 0.001, "start_paused": True,

@@ -49,11 +49,14 @@ def start(tmp_path, **params) -> Session:
     return rig
 
 
+STOPPED = "joint states stopped: stop command"
+
+
 def after_silence(rig: Session, q: np.ndarray) -> tuple[list, np.ndarray | None]:
     """Command the pose ``q`` toward the set-point (sent again: stale states drop the
-    reference), then send nothing for three state_timeouts: the commands published after the
-    first one answering ``q`` but the last (answers to copies of the state still in flight),
-    and the last (None: there was none)."""
+    reference), then send nothing until the node says it stopped: the commands published after
+    the first one answering ``q`` but the last (answers to copies of the state still in
+    flight), and the last (None: there was none)."""
     commands = rig.commands
     assert rig.command_after(JOINTS, q) is not None, rig.output()
     rig.publish_matched(JointTrajectory, "~/joint_trajectory", JointTrajectory(
@@ -61,7 +64,10 @@ def after_silence(rig: Session, q: np.ndarray) -> tuple[list, np.ndarray | None]
     assert rig.wait_for(lambda: rel_err(rig.command_after(JOINTS, q), toward(q)) <= 1e-9,
                         10.0), rig.output()
     count = len(commands)
-    rig.wait_for(lambda: False, 0.9)  # state_timeout is 0.3 s
+    said = rig.output().count(STOPPED)
+    # state_timeout is 0.3 s; the node logs the stop command once it was published (or not)
+    assert rig.wait_for(lambda: rig.output().count(STOPPED) > said, 10.0), rig.output()
+    rig.settle(commands)
     after = [np.array(c.data) for _, c in commands[count:]]
     for command in after[:-1]:
         assert rel_err(command, toward(q)) <= 1e-9, (after, rig.output())

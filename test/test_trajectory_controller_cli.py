@@ -160,7 +160,7 @@ def test_lifecycle_as_in_the_docs_stops_efforts_and_aborts_the_goal(tmp_path):
         assert node.wait_for_log("goal rejected (error_code -1): the controller is not active "
                                  "(lifecycle): ros2 lifecycle set", 5.0), node.output()
         _lifecycle(node, activate, "Transitioning successful")
-        assert driver.commanding(0.5)
+        assert driver.commanding(5.0)
         ok = driver.result(driver.send(duration=1))  # the driver's arm never moves: the
         assert ok.error_code == 0, ok.error_string  # default tolerances check velocity only
         assert "deactivated (inactive): publishing no efforts" in node.output()
@@ -174,6 +174,12 @@ def test_without_autostart_the_node_waits_unconfigured(tmp_path):
         "urdf_path": str(DEFAULT_URDF), "autostart": False, "state_timeout": 1.0})
     driver = Driver(node)
     try:
+        # the node is up (its lifecycle services heard) before the CLI, which looks for it
+        # for --spin-time only, is asked: a busy machine starts a node in more than that
+        from lifecycle_msgs.srv import GetState
+
+        state = node.peer.node.create_client(GetState, f"/{node.name}/get_state")
+        assert node.peer.wait_for(state.service_is_ready, 60.0), node.output()
         _lifecycle(node, get, "unconfigured [1]")
         assert not driver.commanding(1.0)
         _lifecycle(node, get.replace(" get ", " set ") + " configure",
