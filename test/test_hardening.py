@@ -219,11 +219,6 @@ def test_oversized_requests_are_refused_and_the_loop_keeps_its_pace(tmp_path):
     began = time.monotonic()
     deserialize_message(serialize_message(request), ForwardDynamics.Request)
     rclpy_reads_it = time.monotonic() - began
-    start = len(commands)
-    began = time.monotonic()
-    forward = node.call(ForwardDynamics, "~/forward_dynamics", request, timeout=30.0)
-    refused_in = time.monotonic() - began
-    assert not forward.success and "at most 1000" in forward.message, forward.message
 
     def trajectory(points: int, seconds: float = 1.0) -> JointTrajectory:
         msg = JointTrajectory(joint_names=UR5_JOINTS)
@@ -234,12 +229,20 @@ def test_oversized_requests_are_refused_and_the_loop_keeps_its_pace(tmp_path):
             msg.points.append(p)
         return msg
 
-    node.publish_matched(JointTrajectory, "~/joint_trajectory", trajectory(100_000))
+    # built before the measured window: this process streams the states, and building a
+    # 10⁵-point message here would stop the stream, not the node
+    huge, large = trajectory(100_000), trajectory(10_000, 2.0)
+    start = len(commands)
+    began = time.monotonic()
+    forward = node.call(ForwardDynamics, "~/forward_dynamics", request, timeout=30.0)
+    refused_in = time.monotonic() - began
+    assert not forward.success and "at most 1000" in forward.message, forward.message
+    node.publish_matched(JointTrajectory, "~/joint_trajectory", huge)
     assert node.wait_for_log("ignored unread", 20.0), node.output()
-    node.publish_matched(JointTrajectory, "~/joint_trajectory", trajectory(10_000, 2.0))
+    node.publish_matched(JointTrajectory, "~/joint_trajectory", large)
     rollout = node.call(Simulate, "~/simulate", Simulate.Request(
         joint_names=UR5_JOINTS, positions=[0.0] * 6, duration=0.1,
-        torque_mode="computed_torque", reference=trajectory(100_000)), timeout=30.0)
+        torque_mode="computed_torque", reference=huge), timeout=30.0)
     assert not rollout.success and "at most 10000" in rollout.message, rollout.message
     ok = node.call(Simulate, "~/simulate", Simulate.Request(
         joint_names=UR5_JOINTS, positions=[0.0] * 6, duration=0.1,

@@ -303,8 +303,9 @@ def test_a_long_roll_out_leaves_the_node_responsive_and_the_size_bound_is_close(
     print(f"\n200 s roll-out busy {busy:.2f} s: {answered} parameter + terms answers meanwhile "
           f"(largest round trip {1e3 * max(latencies, default=0):.0f} ms), "
           f"{len(during)} diagnostics")
-    # a blocked executor answers at most what came before the roll-out, and nothing meanwhile
-    assert answered >= 5 and max(latencies) < 0.5, (answered, latencies)
+    # a blocked executor answers at most what came before the roll-out, and nothing meanwhile;
+    # no answer waits for a large part of the roll-out
+    assert answered >= 5 and max(latencies) < max(0.5, 0.5 * busy), (answered, latencies)
     if busy > 2.0:  # the roll-out takes ~2.5 s here; a much faster machine makes it too short
         assert during, "no diagnostics while the roll-out ran"
     answer = call(host, "simulate", _request(torque_mode="gravity_compensation", duration=5.0))
