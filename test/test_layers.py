@@ -194,3 +194,75 @@ controller.follow(sampler)
     written = [ast.unparse(w) for w in _controller_writes(ast.parse(code))]
     assert sorted(written) == sorted(["controller.trajectory", "goal.controller.trajectory",
                                       "self._controller.law.payload", "controller.q"])
+
+
+# rclpy's private API is reached in one module; elsewhere a private name (``_x``) is only one
+# the package defines itself (or ``os._exit``, documented)
+RCLPY_PRIVATE = PACKAGE / "ros" / "rclpy_private.py"
+PUBLIC_UNDERSCORED = {"_exit"}
+
+
+def _private_uses(tree: ast.Module, ours: set[str]) -> list[tuple[int, str]]:
+    """Private names of other libraries ``tree`` reaches: ``from lib import _x``,
+    ``obj._x`` and ``getattr(obj, "_x")`` where ``_x`` is not in ``ours``."""
+    uses = []
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and \
+                not (node.module or "").startswith("rb_dynamics"):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.Attribute):
+            names = [node.attr]
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) in (
+                "getattr", "hasattr", "setattr") and len(node.args) >= 2 and \
+                isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str):
+            names = [node.args[1].value]
+        uses += [(node.lineno, name) for name in names
+                 if name.startswith("_") and not name.startswith("__")
+                 and name not in ours and name not in PUBLIC_UNDERSCORED]
+    return uses
+
+
+def _defined(trees: list[ast.Module]) -> set[str]:
+    """Every name the package binds: functions, classes, arguments, variables, attributes."""
+    names = set()
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                names.add(node.attr)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+            elif isinstance(node, ast.arg):
+                names.add(node.arg)
+            elif isinstance(node, ast.Call) and getattr(node.func, "attr", None) == \
+                    "__setattr__" and len(node.args) >= 2 and \
+                    isinstance(node.args[1], ast.Constant):
+                names.add(node.args[1].value)  # object.__setattr__(self, "_x", …)
+    return names
+
+
+def test_rclpy_private_api_is_reached_in_one_module():
+    trees = {path: ast.parse(path.read_text()) for path in _modules()}
+    ours = _defined([tree for path, tree in trees.items() if path != RCLPY_PRIVATE])
+    offenders = [f"{path.relative_to(PACKAGE).as_posix()}:{line}: {name}"
+                 for path, tree in trees.items() if path != RCLPY_PRIVATE
+                 for line, name in _private_uses(tree, ours)]
+    assert not offenders, ("another library's private names outside ros/rclpy_private.py:\n"
+                           + "\n".join(offenders))
+
+
+def test_the_private_use_check_tells_uses_apart():
+    code = """
+from rclpy.qos_overriding_options import _declare_qos_parameters
+from .mine import _helper
+machine = node._state_machine
+service = getattr(node, "_service_change_state", None)
+self._mine = 1
+value = self._mine
+os._exit(0)
+"""
+    tree = ast.parse(code)
+    used = [name for _, name in _private_uses(tree, _defined([tree]))]
+    assert used == ["_declare_qos_parameters", "_state_machine", "_service_change_state"], used

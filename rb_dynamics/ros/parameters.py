@@ -39,8 +39,8 @@ from rcl_interfaces.msg import (
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile
-from rclpy.qos_overriding_options import QoSOverridingOptions, _declare_qos_parameters
-from rclpy.subscription import Subscription
+
+from .rclpy_private import declare_qos_override_parameters, parameter_overrides
 
 __all__ = ["ParameterMap", "ParameterSpec", "Schema", "SchemaError", "check", "declare",
            "node_schema", "qos_with_overrides", "read", "schema_file"]
@@ -241,8 +241,7 @@ def node_schema(package: str) -> Schema:
 
 def declare(node: Node, specs: Mapping[str, ParameterSpec]) -> None:
     """Declare every parameter of ``specs`` on ``node`` (overrides from files apply)."""
-    # rclpy keeps the overrides it was given here (the same attribute from Humble to Kilted)
-    overrides = getattr(node, "_parameter_overrides", {})
+    overrides = parameter_overrides(node)
     for name, spec in specs.items():
         override = overrides.get(name)
         untyped = override is not None and override.type_ == Parameter.Type.NOT_SET
@@ -289,7 +288,5 @@ def qos_with_overrides(node: Node, topic: str, qos: QoSProfile) -> QoSProfile:
     qos_overriding_options=QoSOverridingOptions.with_default_policies())`` declares them. For a
     subscription made by another node, e.g. one created with ``use_global_arguments=False``
     that sees no parameter overrides. A bad value raises (the node does not start)."""
-    # rclpy's own helper: what create_subscription calls with qos_overriding_options
-    _declare_qos_parameters(Subscription, node, node.resolve_topic_name(topic), qos,
-                            QoSOverridingOptions.with_default_policies())
+    declare_qos_override_parameters(node, topic, qos)
     return qos

@@ -33,6 +33,8 @@ from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
 from rclpy.subscription import Subscription
 
+from .rclpy_private import change_state_service
+
 STOP_DEADLINE_S = 1.5  # after a signal the process is gone within this (the README says 2 s)
 
 
@@ -79,11 +81,11 @@ def refuse_invalid_transitions(node: Node) -> None:
     refuses the transition, so answering "no" is all that is left to do. A node without the
     service (not a lifecycle node) is left as it is.
     """
-    service = getattr(node, "_service_change_state", None)  # rclpy's, Humble to Kilted
-    if service is None or not callable(getattr(service, "callback", None)):
+    found = change_state_service(node)
+    if found is None:
         return
+    service, machine = found
     change_state = service.callback
-    machine = node._state_machine
 
     def refusing(request: Any, response: Any) -> Any:
         try:

@@ -1,0 +1,55 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The one place the package reaches into rclpy's private API.
+
+Three things rclpy offers no public way to do, each read here the same way on Humble, Jazzy
+and Kilted (``test_rclpy_private`` checks them on the distribution it runs on; the suite runs
+on each):
+
+- the parameter overrides a node was given (to declare a parameter whose file value has no
+  type without losing it): ``Node._parameter_overrides``;
+- a lifecycle node's ``~/change_state`` service and its state machine (to answer an invalid
+  transition instead of raising out of the callback): ``Node._service_change_state``,
+  ``Node._state_machine``;
+- the ``qos_overrides.<topic>.subscription.*`` parameters ``create_subscription`` declares
+  with ``qos_overriding_options``, for a subscription another node makes:
+  ``rclpy.qos_overriding_options._declare_qos_parameters``.
+
+Each returns a neutral answer where an rclpy lacks the attribute, so that a future rclpy
+degrades a feature rather than stopping a node.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rclpy.node import Node
+from rclpy.qos import QoSProfile
+
+__all__ = ["change_state_service", "declare_qos_override_parameters", "parameter_overrides"]
+
+
+def parameter_overrides(node: Node) -> dict[str, Any]:
+    """The overrides (name → rclpy Parameter) ``node`` was started with; {} if unknown."""
+    return getattr(node, "_parameter_overrides", None) or {}
+
+
+def change_state_service(node: Node) -> tuple[Any, Any] | None:
+    """A lifecycle node's ``~/change_state`` service (its ``callback`` replaceable) and state
+    machine (``current_state``, ``available_transitions``); None for another node or an rclpy
+    that keeps them elsewhere."""
+    service = getattr(node, "_service_change_state", None)
+    machine = getattr(node, "_state_machine", None)
+    if service is None or machine is None or not callable(getattr(service, "callback", None)):
+        return None
+    return service, machine
+
+
+def declare_qos_override_parameters(node: Node, topic: str, qos: QoSProfile) -> None:
+    """Declare on ``node`` the read-only ``qos_overrides.<topic>.subscription.{history,depth,
+    reliability}`` parameters (defaults from ``qos``) and apply their overrides to ``qos``, as
+    ``create_subscription(..., qos_overriding_options=with_default_policies())`` does."""
+    from rclpy.qos_overriding_options import QoSOverridingOptions, _declare_qos_parameters
+    from rclpy.subscription import Subscription
+
+    _declare_qos_parameters(Subscription, node, node.resolve_topic_name(topic), qos,
+                            QoSOverridingOptions.with_default_policies())

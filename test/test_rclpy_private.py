@@ -1,0 +1,51 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The rclpy private API the package reaches (``rb_dynamics.ros.rclpy_private``) is where it
+expects it on the distribution this suite runs on: each adapter finds what it needs on real
+rclpy nodes, so a distribution that moves it fails here rather than degrading a node quietly."""
+
+from __future__ import annotations
+
+import rclpy
+from rclpy.lifecycle import LifecycleNode
+from rclpy.parameter import Parameter
+from rclpy.qos import QoSProfile
+
+from rb_dynamics.ros.rclpy_private import (
+    change_state_service,
+    declare_qos_override_parameters,
+    parameter_overrides,
+)
+
+
+def test_the_adapters_find_what_they_need_on_real_nodes():
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    nodes = []
+    try:
+        plain = rclpy.create_node("rclpy_private_plain", context=context, parameter_overrides=[
+            Parameter("kp", value=[1.0, 2.0]),
+            Parameter("qos_overrides./joint_states.subscription.depth", value=7)])
+        lifecycle = LifecycleNode("rclpy_private_lifecycle", context=context)
+        nodes += [plain, lifecycle]
+        # the overrides a node was started with
+        assert parameter_overrides(plain)["kp"].value == [1.0, 2.0]
+        assert parameter_overrides(lifecycle) == {}
+        # a lifecycle node's change_state service (its callback replaceable) and state machine
+        found = change_state_service(lifecycle)
+        assert found is not None
+        service, machine = found
+        assert callable(service.callback)
+        _, state = machine.current_state
+        assert state == "unconfigured"
+        assert any(label == "configure" for _, label, *_ in machine.available_transitions)
+        assert change_state_service(plain) is None
+        # the qos_overrides parameters, declared and applied as create_subscription does
+        qos = QoSProfile(depth=10)
+        declare_qos_override_parameters(plain, "joint_states", qos)
+        assert qos.depth == 7
+        assert plain.get_parameter("qos_overrides./joint_states.subscription.depth").value == 7
+        assert plain.has_parameter("qos_overrides./joint_states.subscription.reliability")
+    finally:
+        for node in nodes:
+            node.destroy_node()
+        rclpy.shutdown(context=context)
