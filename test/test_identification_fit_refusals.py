@@ -25,6 +25,7 @@ from rb_dynamics.identification import (
     base_parameters,
     check_plan_model,
     identify,
+    next_round,
     perturbed_model,
     plan_excitation,
     poor_fit,
@@ -221,6 +222,7 @@ def test_a_well_executed_excitation_is_accepted_and_its_sigma_covers_the_error(s
     ex = ident.execution
     assert np.all(np.abs(ex.range - 1.0) < 0.02) and np.all(np.abs(ex.speed - 1.0) < 0.02)
     assert np.all(ex.tracking < 1e-3) and poor_fit(ident) is None
+    assert next_round(ident) is None, next_round(ident)  # nothing a second round would mend
     unscaled = scaled_by_validation(ident.fit, np.zeros(len(trajectory.joints)))
     assert np.all(ident.fit.std <= 1.05 * unscaled.std)
     z, _ = _z(ident, perturbed_model(load_model(DEFAULT_URDF), np.random.default_rng(9)))
@@ -240,6 +242,9 @@ def test_an_under_excited_joint_is_named_and_its_sigma_covers_the_error(under_ex
     reason = poor_fit(ident)
     assert reason is not None and "the excitation was not executed" in reason
     assert "wrist_3_joint (range 30%, speed 30%)" in reason, reason
+    advice = next_round(ident)
+    assert advice is not None and "not executed in full: wrist_3_joint (range 30%" in advice
+    assert "A second round" in advice, advice
     ratio = ident.validation.ratio[WRIST]
     assert ratio > 1.3
     unscaled = scaled_by_validation(ident.fit, np.zeros(len(trajectory.joints)))
@@ -265,8 +270,10 @@ def test_an_excitation_not_executed_is_refused_naming_the_joint(under_excited, s
     assert "the excitation was not executed" in err and "wrist_3_joint (range 30%" in err, err
     assert "nothing written (--accept-poor-fit writes anyway)" in err and not out.exists()
     assert _fit(bag, plan, out, "--accept-poor-fit") == 0
-    err = capsys.readouterr().err
+    printed = capsys.readouterr()
+    err = printed.err
     assert "warning: written as asked (--accept-poor-fit)" in err and "wrist_3_joint" in err
+    assert "next: the plan was not executed in full: wrist_3_joint" in printed.out, printed.out
     report = json.loads((out / "report.json").read_text())
     assert report["execution"]["range_covered"][WRIST] == pytest.approx(COVERED, abs=0.02)
     assert report["execution"]["min_covered"] == 0.5

@@ -85,6 +85,7 @@ from .pipeline import (
     check_outputs,
     identification_report,
     identify,
+    next_round,
     poor_fit,
     write_identification,
 )
@@ -221,6 +222,7 @@ __all__ = [
     "plan_excitation",
     "plan_report",
     "plot_validation",
+    "next_round",
     "poor_fit",
     "pseudo_inertia",
     "random_states",

@@ -55,6 +55,10 @@ OUTPUTS = {"urdf": "identified.urdf", "overlay": "overlay.yaml", "report": "repo
 # a joint's held-out effort RMS over its noise σ above this: the model misses something the
 # arm does (a good fit is near 1; the closed-loop tests reach 1.0–1.5)
 MAX_VALIDATION_RATIO = 2.0
+# below these a second round (the result loaded into the controller, the plan sent again) is
+# worth its time: a joint that covered less of its plan, a validation RMS/σ above
+FULL_EXECUTION = 0.9
+GOOD_VALIDATION = 1.3
 # a delay given to the fit: efforts late by more than this share of the period are not a
 # sensor's delay but a recording of another motion
 MAX_DELAY_FRACTION = 0.05
@@ -206,6 +210,29 @@ def poor_fit(ident: Identification) -> str | None:
             f"{MAX_VALIDATION_RATIO:g} for {worst} (the arm differs from the model: unmodelled "
             "friction, a payload, a loose joint, or a recording that is not the plan's)")
     return "; ".join(reasons) or None
+
+
+def next_round(ident: Identification) -> str | None:
+    """Why a second round would do better, or None: joints that covered less than
+    ``FULL_EXECUTION`` of their planned range or peak speed (the controller's model, not the
+    plan, shaped the motion), or whose validation RMS/σ is above ``GOOD_VALIDATION``."""
+    names, ex = ident.layout.joints, ident.execution
+    validation = ident.consistent_validation or ident.validation
+    short = [f"{names[j]} (range {ex.range[j]:.0%}, speed {ex.speed[j]:.0%})"
+             for j in range(len(names))
+             if not (ex.range[j] >= FULL_EXECUTION and ex.speed[j] >= FULL_EXECUTION)]
+    loose = [f"{names[j]} {validation.ratio[j]:.2f}" for j in range(len(names))
+             if not validation.ratio[j] <= GOOD_VALIDATION]
+    if not short and not loose:
+        return None
+    why = "; ".join(
+        ([f"the plan was not executed in full: {', '.join(short)}"] if short else [])
+        + ([f"validation RMS/σ above {GOOD_VALIDATION:g}: {', '.join(loose)}"] if loose
+           else []))
+    return (f"{why}. A second round does better: load the result into the controller "
+            "(urdf_path: identified.urdf, dynamics_overlay: overlay.yaml), send the plan "
+            "again, record, and fit the new recording (docs/identification.md, 'When the arm "
+            "does not follow the plan')")
 
 
 def write_identification(ident: Identification, out: Path, provenance: dict[str, str],

@@ -227,6 +227,7 @@ def _fit(args, say: Progress) -> int:
         check_outputs,
         check_plan_model,
         identify,
+        next_round,
         poor_fit,
         read_joint_states,
         read_plan,
@@ -275,6 +276,8 @@ def _fit(args, say: Progress) -> int:
               f"although {poor}", file=sys.stderr)
     for kind, path in paths.items():
         print(f"{kind}: {path}")
+    if (advice := next_round(ident)) is not None:
+        print(f"next: {advice}")
     return EXIT_OK
 
 
