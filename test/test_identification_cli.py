@@ -145,17 +145,22 @@ def test_plan_send_record_fit_on_the_simulated_arm(tmp_path):
 
 
 def test_send_gives_the_goal_tolerances_and_an_arm_that_does_not_follow_aborts_it(tmp_path):
-    """A goal file without tolerances gets ``--path-tolerance``: a controller too weak to follow
-    (computed torque at kp 1/s²) leaves the path, the server aborts the goal, ``send`` exits 4
-    saying why and how far each joint followed (from the server's feedback)."""
+    """A goal file without tolerances gets ``--path-tolerance``: an arm whose shoulder_pan has
+    viscous friction (20 N·m·s/rad) the controller's model lacks, under computed torque at kp
+    1/s² (the model's feed-forward alone would follow an exact model), leaves the path, the
+    server aborts the goal, ``send`` exits 4 saying why and how far each joint followed (from
+    the server's feedback)."""
     pytest.importorskip("control_msgs.action", reason="control_msgs (../shared/vendor) is not "
                         "installed: no FollowJointTrajectory action to send to")
     joints = load_model(DEFAULT_URDF).actuated_joint_names
     start = [0.3, -1.2, 1.4, -0.8, 0.9, 0.2]
     states = f"/{fresh_name('send_tolerance')}/joint_states"
+    friction = tmp_path / "pan_friction.yaml"
+    write_overlay(DynamicsOverlay(joints={joints[0]: {"viscous": 20.0}}), friction)
     sim = Session("rb_dynamics.ros.simulator_node", tmp_path, {
-        "urdf_path": str(DEFAULT_URDF), "initial_positions": start, "publish_rate": 500.0,
-        "command_timeout": 1.0, "start_paused": True}, "-r", f"joint_states:={states}",
+        "urdf_path": str(DEFAULT_URDF), "dynamics_overlay": str(friction),
+        "initial_positions": start, "publish_rate": 500.0, "command_timeout": 1.0,
+        "start_paused": True}, "-r", f"joint_states:={states}",
         name=fresh_name("rb_simulator"))
     control = Session("rb_dynamics.ros.control_node", tmp_path, {
         "urdf_path": str(DEFAULT_URDF), "mode": "computed_torque", "kp": [1.0] * 6,
