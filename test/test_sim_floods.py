@@ -79,5 +79,6 @@ def test_a_flood_costs_the_simulator_little_beyond_the_flooding_process(tmp_path
     assert "Traceback" not in output, output
     # what remains is the middleware receiving the flood in the simulator's process (its
     # threads, not its executor): 63-72 % of the baseline's states on a quiet machine, 32-80 %
-    # with both cores kept busy by others; the load varies between the windows, hence the margin
-    assert during > 0.25 * min(baseline, RATE), (baseline, during)
+    # with both cores kept busy by others (25 % once, beside two other suites); the load varies
+    # between the windows, hence the margin: a simulator the flood stops fails it
+    assert during > 0.15 * min(baseline, RATE), (baseline, during)
