@@ -180,9 +180,7 @@ class Peer:
         requests; its response writer may not have matched this client's reader yet, and a
         response sent then is lost (DDS discovery is per endpoint). So the first call of each
         client waits a moment after discovery (the only fixed wait of the harness)."""
-        # spinning while it waits (rclpy's wait_for_service sleeps: the test's state streams,
-        # timers of this peer, would stop meanwhile)
-        if not self.wait_for(client.service_is_ready, timeout):
+        if not client.wait_for_service(timeout_sec=timeout):
             raise TimeoutError(f"service {client.srv_name} not available")
         if id(client) not in self._called:
             self._called.add(id(client))
