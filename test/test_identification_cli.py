@@ -198,14 +198,17 @@ def test_send_keeps_a_goal_files_own_tolerances():
     from control_msgs.action import FollowJointTrajectory
     from control_msgs.msg import JointTolerance
 
-    from rb_dynamics.ros.identification.ros_commands import _give_tolerances
+    from rb_dynamics.ros.identification.ros_commands import (
+        GOAL_TIME_TOLERANCE,
+        _give_tolerances,
+    )
 
     bare = FollowJointTrajectory.Goal()
     bare.trajectory.joint_names = ["a", "b"]
     _give_tolerances(bare, 0.5, 0.1)
     assert [(t.name, t.position) for t in bare.path_tolerance] == [("a", 0.5), ("b", 0.5)]
     assert [(t.name, t.position) for t in bare.goal_tolerance] == [("a", 0.1), ("b", 0.1)]
-    assert bare.goal_time_tolerance.sec > 0
+    assert bare.goal_time_tolerance.sec == GOAL_TIME_TOLERANCE  # a field, not a timing
     own = FollowJointTrajectory.Goal()
     own.trajectory.joint_names = ["a", "b"]
     own.path_tolerance = [JointTolerance(name="a", position=0.05)]

@@ -194,8 +194,7 @@ def poor_fit(ident: Identification) -> str | None:
     names, ex = ident.layout.joints, ident.execution
     short = ex.short()
     if len(short):
-        which = ", ".join(f"{names[j]} (range {ex.range[j]:.0%}, speed {ex.speed[j]:.0%})"
-                          for j in short)
+        which = _coverage(names, ex, short)
         reasons.append(
             f"the excitation was not executed: below {MIN_COVERAGE:.0%} of the planned range "
             f"or peak speed for {which}: the parameters of its joints cannot be known from "
@@ -212,21 +211,27 @@ def poor_fit(ident: Identification) -> str | None:
     return "; ".join(reasons) or None
 
 
+def _coverage(names: Sequence[str], ex, joints) -> str:
+    """"name (range r%, speed s%)" for each of ``joints`` (indices), comma-separated."""
+    return ", ".join(f"{names[j]} (range {ex.range[j]:.0%}, speed {ex.speed[j]:.0%})"
+                     for j in joints)
+
+
 def next_round(ident: Identification) -> str | None:
     """Why a second round would do better, or None: joints that covered less than
     ``FULL_EXECUTION`` of their planned range or peak speed (the controller's model, not the
     plan, shaped the motion), or whose validation RMS/σ is above ``GOOD_VALIDATION``."""
     names, ex = ident.layout.joints, ident.execution
     validation = ident.consistent_validation or ident.validation
-    short = [f"{names[j]} (range {ex.range[j]:.0%}, speed {ex.speed[j]:.0%})"
-             for j in range(len(names))
+    short = [j for j in range(len(names))
              if not (ex.range[j] >= FULL_EXECUTION and ex.speed[j] >= FULL_EXECUTION)]
     loose = [f"{names[j]} {validation.ratio[j]:.2f}" for j in range(len(names))
              if not validation.ratio[j] <= GOOD_VALIDATION]
     if not short and not loose:
         return None
     why = "; ".join(
-        ([f"the plan was not executed in full: {', '.join(short)}"] if short else [])
+        ([f"the plan was not executed in full: {_coverage(names, ex, short)}"] if short
+         else [])
         + ([f"validation RMS/σ above {GOOD_VALIDATION:g}: {', '.join(loose)}"] if loose
            else []))
     return (f"{why}. A second round does better: load the result into the controller "

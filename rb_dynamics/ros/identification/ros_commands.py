@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from rb_dynamics.identification.preprocessing import MIN_COVERAGE
+
 from .exit_codes import EXIT_INPUT, EXIT_OK, EXIT_ROS
 
 # a goal of MAX_TRAJECTORY_POINTS (10,000) points on 10 joints (positions, velocities,
@@ -341,10 +343,11 @@ class FollowingReport:
                  for name, e, p, r, m in zip(self.names, executed, planned, rms,
                                              self._largest))]
         for name, e, p in zip(self.names, executed, planned):
-            if p > 1e-6 and not 0.5 <= e / p <= 1.5:
+            if p > 1e-6 and not MIN_COVERAGE <= e / p <= 2.0 - MIN_COVERAGE:
                 out.append(f"rb_dynamics_identify send: {name} covered {100 * e / p:.0f} % "
                            "of its planned range: the excitation was not executed as planned "
-                           "(fit refuses a joint under 50 %); see docs/identification.md, "
+                           f"(fit refuses a joint under {MIN_COVERAGE:.0%}); see "
+                           "docs/identification.md, "
                            "'When the arm does not follow the plan'")
         return out
 
