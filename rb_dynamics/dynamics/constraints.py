@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import scipy.linalg
 
 from rb_dynamics.model import Model
 
@@ -231,6 +230,8 @@ def udwadia_kalaba(M: np.ndarray, F: np.ndarray, A: np.ndarray,
                    b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(q̈, F_c) by the Udwadia–Kalaba equation; redundant constraints are fine."""
     M, F, A, b = (np.asarray(x, dtype=float) for x in (M, F, A, b))
+    import scipy.linalg  # here, not above: the nodes start without it
+
     _check(M, F, A, b)
     L = np.linalg.cholesky(M)
     a = scipy.linalg.cho_solve((L, True), F, check_finite=False)
@@ -243,6 +244,8 @@ def udwadia_kalaba(M: np.ndarray, F: np.ndarray, A: np.ndarray,
 
 def _independent_split(A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Columns for q₁ (A₁ square, best conditioned by pivoted QR) and the rest for q₂."""
+    import scipy.linalg
+
     m = A.shape[0]
     _, R, pivots = scipy.linalg.qr(A, pivoting=True, mode="economic")
     if m > A.shape[1] or abs(R[m - 1, m - 1]) <= 1e-12 * max(abs(R[0, 0]), 1e-300):
@@ -255,6 +258,8 @@ def rosenberg(M: np.ndarray, F: np.ndarray, A: np.ndarray,
     """(q̈, F_c) by the extended Rosenberg embedding (independent constraints only)."""
     M, F, A, b = (np.asarray(x, dtype=float) for x in (M, F, A, b))
     _check(M, F, A, b)
+    import scipy.linalg
+
     dependent, free = _independent_split(A)
     n = M.shape[0]
     lu = scipy.linalg.lu_factor(A[:, dependent])

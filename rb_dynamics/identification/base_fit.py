@@ -28,8 +28,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.linalg
-import scipy.optimize
 
 from .base_parameters import BaseParameters
 from .payload import IdentificationError
@@ -116,6 +114,9 @@ def fit_base_parameters(base: BaseParameters, data: PeriodicData, *, cutoff: flo
     the pair that leaves the least weighted residual); efforts and regressor low-passed at
     ``cutoff`` Hz. ``IdentificationError`` when the data cannot determine the base parameters
     (the least-determined combination named)."""
+    import scipy.linalg  # here, not above: the nodes start without it
+    import scipy.optimize
+
     say = progress or (lambda _: None)
     rate = data.rate
     # the inertial columns at every other phase (their content above a quarter of the rate

@@ -24,7 +24,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.linalg
 
 from .regressor import ParameterLayout
 
@@ -110,6 +109,8 @@ def base_parameters(layout: ParameterLayout, *, seed: int = 0,
     """The numerical basis of ``layout``'s base parameters from its regressor at random states
     (a fixed seed: the same basis every time for the same model). ValueError for a model whose
     regressors would not fit in memory (``ParameterLayout.check_regressor_size``)."""
+    import scipy.linalg  # here, not above: the nodes start without it
+
     rng = np.random.default_rng(seed)
     n = max(60, int(np.ceil(4 * layout.n_parameters / layout.n_joints)))
     layout.check_regressor_size(n, copies=4)  # Y, its scaled copy, Q and R of the QR

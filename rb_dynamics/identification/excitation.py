@@ -21,7 +21,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.optimize
 
 from .base_parameters import BaseParameters
 from .fourier import FourierTrajectory
@@ -172,6 +171,8 @@ def plan_excitation(base: BaseParameters, *, period: float = 10.0, harmonics: in
     if not (starts >= 1 and evaluations >= 8 * starts):
         raise ValueError(f"starts must be ≥ 1 and evaluations ≥ 8 × starts, got {starts}, "
                          f"{evaluations}")
+    import scipy.optimize  # here, not above: the nodes start without it
+
     limits = excitation_limits(base, margin, acceleration)
     search = _Search(base, limits, period, harmonics)
     rng = np.random.default_rng(seed)

@@ -23,8 +23,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.ndimage
-import scipy.signal
 
 from .fourier import FourierTrajectory, fit_fourier
 from .measurements import JointRecording, RecordingError
@@ -79,6 +77,8 @@ class LocalMotion:
 
 def local_motion(recording: JointRecording, t0: float, t1: float) -> LocalMotion:
     """``LocalMotion`` from ``t0`` to ``t1`` (s after the first stamp), times from ``t0``."""
+    import scipy.signal  # here, not above: the nodes start without it
+
     rate = recording.rate
     window = 2 * int(LOCAL_WINDOW * rate / 2) + 1
     margin = window / rate
@@ -264,6 +264,8 @@ def _local_scale(deviation: np.ndarray, rate: float) -> np.ndarray:
     (P, M, n): a robust σ per joint caps each squared deviation at 3 of it (outliers weigh no
     more than that), and the capped squares are averaged over the periods and ``SCALE_WINDOW``
     s of phases (noise that grows with the effort: a scale of its own at each phase)."""
+    import scipy.ndimage
+
     P = len(deviation)
     robust = 1.4826 * np.median(np.abs(deviation), axis=(0, 1))
     capped = np.minimum(deviation ** 2, (3.0 * robust) ** 2).mean(axis=0) * P / max(P - 1, 1)
