@@ -6,6 +6,7 @@ rclpy nodes, so a distribution that moves it fails here rather than degrading a 
 from __future__ import annotations
 
 import rclpy
+from builtin_interfaces.msg import Time
 from rclpy.lifecycle import LifecycleNode
 from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile
@@ -48,4 +49,46 @@ def test_the_adapters_find_what_they_need_on_real_nodes():
     finally:
         for node in nodes:
             node.destroy_node()
+        rclpy.shutdown(context=context)
+
+
+def test_a_clock_reader_keeps_the_nodes_clock_on_clock_messages_it_never_spins_for():
+    """``ClockReader`` (through ``clock_subscription_on``): the node's clock follows /clock
+    while nothing spins the node, the node itself has no /clock subscription, and its
+    use_sim_time parameter still switches the clock back to the system's and on again."""
+    import time
+
+    from rosgraph_msgs.msg import Clock
+
+    from rb_dynamics.ros.runtime import ClockReader
+
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    node = rclpy.create_node("rclpy_private_clocked", context=context, parameter_overrides=[
+        Parameter("use_sim_time", value=True)])
+    source = rclpy.create_node("rclpy_private_clock_source", context=context)
+    reader = ClockReader(node)
+    try:
+        assert "/clock" not in [s.topic_name for s in node.subscriptions]
+        publisher = source.create_publisher(Clock, "/clock", 10)
+
+        def reaches(seconds: int) -> bool:
+            deadline = time.monotonic() + 10.0
+            while time.monotonic() < deadline:
+                publisher.publish(Clock(clock=Time(sec=seconds)))
+                if node.get_clock().now().nanoseconds == seconds * 10**9:
+                    return True
+                time.sleep(0.02)
+            return False
+
+        assert reaches(42)
+        assert reaches(7)  # back in time too: the override follows the messages
+        node.set_parameters([Parameter("use_sim_time", value=False)])
+        assert abs(node.get_clock().now().nanoseconds * 1e-9 - time.time()) < 5.0
+        node.set_parameters([Parameter("use_sim_time", value=True)])
+        assert reaches(99)
+    finally:
+        reader.stop()
+        source.destroy_node()
+        node.destroy_node()
         rclpy.shutdown(context=context)

@@ -59,7 +59,7 @@ def main(args: list[str] | None = None) -> int:
     """``rb_reference``."""
     from rb_dynamics.ros.runtime import run_node
 
-    return run_node(ReferenceNode, args)
+    return run_node(ReferenceNode, args, events=True)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,9 @@ on each):
   ``Node._state_machine``;
 - the ``qos_overrides.<topic>.subscription.*`` parameters ``create_subscription`` declares
   with ``qos_overriding_options``, for a subscription another node makes:
-  ``rclpy.qos_overriding_options._declare_qos_parameters``.
+  ``rclpy.qos_overriding_options._declare_qos_parameters``;
+- the node whose executor a node's /clock subscription (``use_sim_time``) wakes:
+  ``Node._time_source`` and its ``_node_weak_ref``.
 
 Each returns a neutral answer where an rclpy lacks the attribute, so that a future rclpy
 degrades a feature rather than stopping a node.
@@ -20,12 +22,14 @@ degrades a feature rather than stopping a node.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from rclpy.node import Node
 from rclpy.qos import QoSProfile
 
-__all__ = ["change_state_service", "declare_qos_override_parameters", "parameter_overrides"]
+__all__ = ["change_state_service", "clock_subscription_on", "declare_qos_override_parameters",
+           "parameter_overrides"]
 
 
 def parameter_overrides(node: Node) -> dict[str, Any]:
@@ -53,3 +57,20 @@ def declare_qos_override_parameters(node: Node, topic: str, qos: QoSProfile) -> 
 
     _declare_qos_parameters(Subscription, node, node.resolve_topic_name(topic), qos,
                             QoSOverridingOptions.with_default_policies())
+
+
+def clock_subscription_on(node: Node, holder: Node) -> bool:
+    """Let ``node``'s time source keep its /clock subscription on ``holder`` (same context):
+    ``node``'s clock still follows /clock while ``node``'s ``use_sim_time`` says so (a change
+    of it subscribes or unsubscribes on ``holder``), but a /clock message wakes ``holder``'s
+    executor, not ``node``'s. False (nothing changed) for an rclpy that keeps it elsewhere."""
+    source = getattr(node, "_time_source", None)
+    if source is None or not isinstance(getattr(source, "_node_weak_ref", None),
+                                        weakref.ReferenceType) \
+            or not isinstance(getattr(type(source), "ros_time_is_active", None), property):
+        return False
+    active = source.ros_time_is_active
+    source.ros_time_is_active = False  # the subscription on ``node`` destroyed
+    source._node_weak_ref = weakref.ref(holder)
+    source.ros_time_is_active = active  # subscribed again, on ``holder``
+    return True

@@ -28,12 +28,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import rclpy
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.context import Context
+from rclpy.executors import Executor, ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
 from rclpy.subscription import Subscription
 
-from .rclpy_private import change_state_service
+from .rclpy_private import change_state_service, clock_subscription_on
 
 STOP_DEADLINE_S = 1.5  # after a signal the process is gone within this (the README says 2 s)
 
@@ -118,14 +119,20 @@ def take_queued(subscription: Subscription, limit: int = 1000) -> Iterator[Any]:
         yield taken[0]
 
 
-def polled_node(node: Node, suffix: str) -> Node:
-    """A companion of ``node`` (same context and namespace) that no executor waits on: its
-    subscriptions are read with ``take_queued`` when their messages are due (say, at a
-    simulation step), so a flood costs takes at that pace, never an executor pass per
-    message. Give them ``not_spun`` as the callback; destroy it with ``node``."""
+def companion_node(node: Node, suffix: str) -> Node:
+    """A node ``<node's name>_<suffix>`` in ``node``'s context and namespace, without
+    parameters of its own (no parameter services, no global arguments) nor rosout."""
     return Node(f"{node.get_name()}_{suffix}", namespace=node.get_namespace(),
                 context=node.context, use_global_arguments=False,
                 start_parameter_services=False, enable_rosout=False)
+
+
+def polled_node(node: Node, suffix: str) -> Node:
+    """A ``companion_node`` that no executor waits on: its subscriptions are read with
+    ``take_queued`` when their messages are due (say, at a simulation step), so a flood costs
+    takes at that pace, never an executor pass per message. Give them ``not_spun`` as the
+    callback; destroy it with ``node``."""
+    return companion_node(node, suffix)
 
 
 def not_spun(_msg: Any) -> None:
@@ -140,9 +147,9 @@ class SpinThread:
     here, so that it never waits behind, nor pays for, the big node's entities.
     """
 
-    def __init__(self, node: Node, name: str) -> None:
+    def __init__(self, node: Node, name: str, events: bool = False) -> None:
         self.node = node
-        self._executor = SingleThreadedExecutor(context=node.context)
+        self._executor = node_executor(events, node.context)
         self._executor.add_node(node)
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._spin, name=name, daemon=True)
@@ -172,6 +179,27 @@ class SpinThread:
         self._halt()
         self._executor.remove_node(self.node)
         self.node.destroy_node()
+
+
+class ClockReader:
+    """``node``'s /clock subscription (``use_sim_time``) on a ``companion_node`` spun on a
+    thread of its own: a simulator publishes /clock at every step, and each message would
+    otherwise be a pass of ``node``'s executor over all its entities. ``node``'s clock,
+    timers and ``use_sim_time`` parameter behave as before (``rclpy_private``); where rclpy
+    keeps its time source elsewhere, nothing changes."""
+
+    def __init__(self, node: Node) -> None:
+        holder = companion_node(node, "clock")
+        self._spin: SpinThread | None = None
+        if clock_subscription_on(node, holder):
+            self._spin = SpinThread(holder, "clock", events=True)
+        else:
+            holder.destroy_node()
+
+    def stop(self) -> None:
+        if self._spin is not None:
+            self._spin.stop()
+            self._spin = None
 
 
 class LatestOnlyWorker:
@@ -281,12 +309,36 @@ def _exit_now(code: int) -> None:
     os._exit(code)
 
 
+def events_executor_available() -> bool:
+    """Whether this distribution's rclpy has the EventsExecutor (Jazzy ≥ 7.1.4, Kilted; not
+    Humble)."""
+    try:
+        from rclpy.experimental import EventsExecutor  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def node_executor(events: bool, context: Context | None = None) -> Executor:
+    """An executor for one node: rclpy's EventsExecutor when ``events`` and the distribution
+    has it, else the SingleThreadedExecutor. The single-threaded one rebuilds its wait set
+    from every entity of its nodes at each pass (services, parameter services, QoS event
+    handlers, timers: milliseconds of Python for a node of this package), the events one
+    dispatches each event alone; give ``events`` only to a node without guard conditions or
+    actions of its own, which the package's nodes use the single-threaded one for."""
+    if events and events_executor_available():
+        from rclpy.experimental import EventsExecutor
+
+        return EventsExecutor(context=context)
+    return SingleThreadedExecutor(context=context)
+
+
 def run_node(factory: Callable[..., Node], args: list[str] | None = None,
-             name: str = "rb_dynamics") -> int:
+             name: str = "rb_dynamics", events: bool = False) -> int:
     """Create the node, spin it until a signal, shut down cleanly, and end the process with an
     exit code (it returns only when an unexpected exception ends it, raising it): 1 when the
     node cannot be built or its environment breaks (logged as fatal under the node's name, or
-    ``name`` when there is no node yet), else 0."""
+    ``name`` when there is no node yet), else 0. ``events``: see ``node_executor``."""
     rclpy.init(args=sys.argv if args is None else args,
                signal_handler_options=SignalHandlerOptions.NO)
     stop = {"requested": False}
@@ -308,7 +360,7 @@ def run_node(factory: Callable[..., Node], args: list[str] | None = None,
         node = factory()
         collect_on_schedule()
         freeze_long_lived()
-        executor = SingleThreadedExecutor()
+        executor = node_executor(events)
         executor.add_node(node)
         full_pass_due = time.monotonic() + FULL_PASS_PERIOD
         while not stop["requested"] and rclpy.ok():

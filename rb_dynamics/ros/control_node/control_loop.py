@@ -212,7 +212,7 @@ class ControlLoop:
         self.state_sub = companion.create_subscription(
             JointState, node.resolve_topic_name("joint_states"), self._on_joint_state, qos)
         companion.create_timer(STALE_CHECK_PERIOD, self._check_stale)
-        self._spin = SpinThread(companion, "control loop")
+        self._spin = SpinThread(companion, "control loop", events=True)
 
     def stop(self) -> None:
         """Stop commanding (the stop command goes out and is waited for), then the thread."""

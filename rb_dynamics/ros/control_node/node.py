@@ -71,7 +71,7 @@ from rb_dynamics.model import Model
 from rb_dynamics.ros import parameters as ros_params
 from rb_dynamics.ros.constraint_parameters import PREFIX
 from rb_dynamics.ros.parameters import qos_with_overrides
-from rb_dynamics.ros.runtime import ThrottledLogger, refuse_invalid_transitions
+from rb_dynamics.ros.runtime import ClockReader, ThrottledLogger, refuse_invalid_transitions
 
 from .cartesian_mode import CARTESIAN_PARAMETERS, CartesianMode
 from .contact import CONTACT_PARAMETERS, ContactMonitor
@@ -114,6 +114,7 @@ class ControlNode(LifecycleNode):
         check_command_hold(settings["max_publish_rate"], settings["state_timeout"])
         self.lifecycle_state = "unconfigured"
         self.warn = ThrottledLogger(self.get_logger())
+        self.clock_reader = ClockReader(self)
         self.loop = ControlLoop(self, self._joint_states_qos(settings["joint_states_qos"]),
                                 self.warn)
         self.loop.set_max_rate(settings["max_publish_rate"])
@@ -148,6 +149,7 @@ class ControlNode(LifecycleNode):
         self.model_loader.stop()
         self.trajectory_action.destroy()
         self.loop.stop()
+        self.clock_reader.stop()
         super().destroy_node()
 
     def _state(self) -> str:

@@ -407,7 +407,7 @@ def main(args: list[str] | None = None) -> int:
     """``rb_simulator``."""
     from rb_dynamics.ros.runtime import run_node
 
-    return run_node(SimulatorNode, args, NODE_NAME)
+    return run_node(SimulatorNode, args, NODE_NAME, events=True)
 
 
 if __name__ == "__main__":
