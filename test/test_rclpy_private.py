@@ -53,9 +53,10 @@ def test_the_adapters_find_what_they_need_on_real_nodes():
 
 
 def test_a_clock_reader_keeps_the_nodes_clock_on_clock_messages_it_never_spins_for():
-    """``ClockReader`` (through ``clock_subscription_on``): the node's clock follows /clock
-    while nothing spins the node, the node itself has no /clock subscription, and its
-    use_sim_time parameter still switches the clock back to the system's and on again."""
+    """``ClockReader`` (through ``clock_subscription_on``): the node's clock follows its
+    /clock (remapped, as a test rig or a second simulator does) while nothing spins the node,
+    the node itself has no clock subscription, and its use_sim_time parameter still switches
+    the clock back to the system's and on again."""
     import time
 
     from rosgraph_msgs.msg import Clock
@@ -65,12 +66,14 @@ def test_a_clock_reader_keeps_the_nodes_clock_on_clock_messages_it_never_spins_f
     context = rclpy.Context()
     rclpy.init(context=context)
     node = rclpy.create_node("rclpy_private_clocked", context=context, parameter_overrides=[
-        Parameter("use_sim_time", value=True)])
+        Parameter("use_sim_time", value=True)],
+        cli_args=["--ros-args", "-r", "/clock:=/rclpy_private_clock"])
     source = rclpy.create_node("rclpy_private_clock_source", context=context)
     reader = ClockReader(node)
     try:
-        assert "/clock" not in [s.topic_name for s in node.subscriptions]
-        publisher = source.create_publisher(Clock, "/clock", 10)
+        assert not [s.topic_name for s in node.subscriptions if "clock" in s.topic_name]
+        source.create_publisher(Clock, "/clock", 10).publish(Clock(clock=Time(sec=1000)))
+        publisher = source.create_publisher(Clock, "/rclpy_private_clock", 10)
 
         def reaches(seconds: int) -> bool:
             deadline = time.monotonic() + 10.0

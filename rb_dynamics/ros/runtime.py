@@ -119,11 +119,16 @@ def take_queued(subscription: Subscription, limit: int = 1000) -> Iterator[Any]:
         yield taken[0]
 
 
-def companion_node(node: Node, suffix: str) -> Node:
+def companion_node(node: Node, suffix: str, topics: tuple[str, ...] = ()) -> Node:
     """A node ``<node's name>_<suffix>`` in ``node``'s context and namespace, without
-    parameters of its own (no parameter services, no global arguments) nor rosout."""
+    parameters of its own (no parameter services, no global arguments) nor rosout. The
+    ``topics`` it names as written are remapped to what ``node`` resolves them to (``node``'s
+    remappings apply; the global arguments, which could rename it, do not)."""
+    remaps = [arg for topic in topics
+              for arg in ("-r", f"{topic}:={node.resolve_topic_name(topic)}")]
     return Node(f"{node.get_name()}_{suffix}", namespace=node.get_namespace(),
                 context=node.context, use_global_arguments=False,
+                cli_args=["--ros-args", *remaps] if remaps else None,
                 start_parameter_services=False, enable_rosout=False)
 
 
@@ -189,7 +194,7 @@ class ClockReader:
     keeps its time source elsewhere, nothing changes."""
 
     def __init__(self, node: Node) -> None:
-        holder = companion_node(node, "clock")
+        holder = companion_node(node, "clock", topics=("/clock",))
         self._spin: SpinThread | None = None
         if clock_subscription_on(node, holder):
             self._spin = SpinThread(holder, "clock", events=True)
