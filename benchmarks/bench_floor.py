@@ -205,14 +205,6 @@ def closed_loop(mode: str, reference: bool, seconds: float) -> dict:
             "cpu_us": {name: 1e6 * value / steps for name, value in cpu.items()}}
 
 
-def _has_events_executor() -> bool:
-    try:
-        from rclpy.experimental import EventsExecutor  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=5.0)
@@ -225,7 +217,9 @@ def main() -> int:
     os.environ.setdefault("ROS_LOG_DIR", tempfile.mkdtemp(prefix="rb_floor_log_"))
 
     rows = []
-    executors = ["single", *(["events"] if _has_events_executor() else [])]
+    from rb_dynamics.ros.runtime import events_executor_available
+
+    executors = ["single", *(["events"] if events_executor_available() else [])]
     for executor in executors:
         rows.append({"what": f"ping-pong ({executor})", **ping_pong(executor, args.seconds)})
     floor = rows[-1]

@@ -229,9 +229,9 @@ def _check(M: np.ndarray, F: np.ndarray, A: np.ndarray, b: np.ndarray) -> None:
 def udwadia_kalaba(M: np.ndarray, F: np.ndarray, A: np.ndarray,
                    b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(q̈, F_c) by the Udwadia–Kalaba equation; redundant constraints are fine."""
-    M, F, A, b = (np.asarray(x, dtype=float) for x in (M, F, A, b))
     import scipy.linalg  # here, not above: the nodes start without it
 
+    M, F, A, b = (np.asarray(x, dtype=float) for x in (M, F, A, b))
     _check(M, F, A, b)
     L = np.linalg.cholesky(M)
     a = scipy.linalg.cho_solve((L, True), F, check_finite=False)
@@ -256,10 +256,10 @@ def _independent_split(A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def rosenberg(M: np.ndarray, F: np.ndarray, A: np.ndarray,
               b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(q̈, F_c) by the extended Rosenberg embedding (independent constraints only)."""
-    M, F, A, b = (np.asarray(x, dtype=float) for x in (M, F, A, b))
-    _check(M, F, A, b)
     import scipy.linalg
 
+    M, F, A, b = (np.asarray(x, dtype=float) for x in (M, F, A, b))
+    _check(M, F, A, b)
     dependent, free = _independent_split(A)
     n = M.shape[0]
     lu = scipy.linalg.lu_factor(A[:, dependent])

@@ -329,8 +329,8 @@ def node_executor(events: bool, context: Context | None = None) -> Executor:
     has it, else the SingleThreadedExecutor. The single-threaded one rebuilds its wait set
     from every entity of its nodes at each pass (services, parameter services, QoS event
     handlers, timers: milliseconds of Python for a node of this package), the events one
-    dispatches each event alone; give ``events`` only to a node without guard conditions or
-    actions of its own, which the package's nodes use the single-threaded one for."""
+    dispatches each event alone. Give ``events`` only to a node without guard conditions: the
+    EventsExecutor never serves them (the control node hands work to its executor by them)."""
     if events and events_executor_available():
         from rclpy.experimental import EventsExecutor
 
