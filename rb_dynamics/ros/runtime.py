@@ -6,16 +6,25 @@ transition instead of raising, and what a node has built kept out of the cyclic 
 full passes.
 
 ``rclpy.spin()`` can stay in the wait set after a signal; spinning once with a timeout in a
-loop that checks a flag set by our own handlers always exits. A watchdog bounds the whole
-shutdown (``STOP_DEADLINE_S``): a node whose callback is stuck still exits, and says so.
-After a clean shutdown the process exits without tearing down the interpreter's heap (which
-the watchdog cannot bound: it grows with the Python objects alive, the goals an action server
-keeps for its clients among them).
+loop that checks a flag set by our own handlers always exits. The signal is seen at once, not
+when the wait ends: Python runs a handler only when the main thread is back in the interpreter,
+so a thread of its own reads the signal's byte from a wakeup fd (``signal.set_wakeup_fd``),
+sets the flag and triggers a guard condition of the node, which ends the executor's wait
+(rclpy's ``Executor.wake()`` does not: the executor rebuilds its wait set and waits on). The
+wait can then be long (``SPIN_TIMEOUT_S``: a single-threaded executor's pass that finds nothing
+to do still rebuilds its wait set from every entity of the node, milliseconds of Python for the
+control node), except on rclpy's EventsExecutor, which serves no guard condition
+(``UNWAKEABLE_SPIN_TIMEOUT_S``). A watchdog bounds the whole shutdown (``STOP_DEADLINE_S``):
+a node whose callback is stuck still exits, and says where its threads were. After a clean
+shutdown the process exits without tearing down the interpreter's heap (which the watchdog
+cannot bound: it grows with the Python objects alive, the goals an action server keeps for its
+clients among them).
 """
 
 from __future__ import annotations
 
 import atexit
+import faulthandler
 import gc
 import math
 import os
@@ -36,7 +45,13 @@ from rclpy.subscription import Subscription
 
 from .rclpy_private import change_state_service, clock_subscription_on
 
-STOP_DEADLINE_S = 1.5  # after a signal the process is gone within this (the README says 2 s)
+STOP_DEADLINE_S = 1.2  # after a signal the process is gone within this (the README says 2 s)
+SPIN_TIMEOUT_S = 1.0  # the main executor's longest wait when a stop ends it at once
+# ... and on rclpy's EventsExecutor, which serves no guard condition to end it with: the stop
+# flag is seen within this
+UNWAKEABLE_SPIN_TIMEOUT_S = 0.05
+LAST_RESORT_S = 0.3  # see _exit_after
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class ThrottledLogger:
@@ -178,12 +193,13 @@ class SpinThread:
         if self._thread is not threading.current_thread():
             self._thread.join(timeout=2.0)
 
-    def stop(self) -> None:
-        """Stop spinning (within one wait), then destroy the node."""
+    def stop(self, destroy: bool = True) -> None:
+        """Stop spinning (within one wait), then destroy the node (unless not ``destroy``)."""
         atexit.unregister(self._halt)
         self._halt()
         self._executor.remove_node(self.node)
-        self.node.destroy_node()
+        if destroy:
+            self.node.destroy_node()
 
 
 class ClockReader:
@@ -288,13 +304,52 @@ def release_gradually(items: list) -> None:
         del items[-RELEASE_SLICE:]
 
 
+def _arm_last_resort(deadline: float) -> None:
+    """faulthandler's own thread, which needs no interpreter, dumps every thread's stack and
+    ends the process (exit code 1) ``deadline`` s from now, unless it has ended: the backstop
+    of ``_exit_after``, which a thread holding the interpreter for good keeps from running.
+    Armed by the code that asks for the stop, which holds the interpreter at that moment."""
+    try:
+        faulthandler.dump_traceback_later(deadline, exit=True)
+    except (RuntimeError, ValueError, AttributeError):  # no stderr to write to
+        pass
+
+
+def dump_stacks_on(sig: int = signal.SIGUSR1) -> None:
+    """``kill -USR1 <pid>`` prints every thread's stack on stderr, whatever holds the
+    interpreter (faulthandler's C handler): what a process that does not stop is doing."""
+    try:
+        faulthandler.register(sig, all_threads=True)
+    except (RuntimeError, ValueError, AttributeError):  # no stderr to write to
+        pass
+
+
 def _exit_after(deadline: float, name: str) -> None:
-    """Watchdog: the process exits ``deadline`` s after a stop was asked, whatever runs."""
+    """Watchdog: the process exits ``deadline`` s after a stop was asked, whatever runs, and
+    says where each thread was (``_arm_last_resort`` backs it up)."""
     time.sleep(deadline)
-    sys.stderr.write(f"[{name}] a callback did not return within {deadline} s of the stop "
-                     "signal: exiting anyway\n")
-    sys.stderr.flush()
+    try:
+        sys.stderr.write(f"[{name}] the shutdown did not end within {deadline} s of the stop "
+                         "signal: exiting anyway; the threads were at:\n")
+        sys.stderr.flush()
+        faulthandler.dump_traceback(all_threads=True)
+    except (OSError, RuntimeError, ValueError, AttributeError):
+        pass
     os._exit(0)
+
+
+def _watch_signals(fd: int, on_stop: Callable[[], None]) -> None:
+    """(A thread) ``on_stop()`` as soon as a stop signal's number arrives on ``fd``, the
+    wakeup fd the interpreter writes to when a signal with a Python handler comes in."""
+    while True:
+        try:
+            numbers = os.read(fd, 64)
+        except OSError:
+            return
+        if not numbers:
+            return
+        if any(number in STOP_SIGNALS for number in numbers):
+            on_stop()
 
 
 def _exit_now(code: int) -> None:
@@ -346,16 +401,29 @@ def run_node(factory: Callable[..., Node], args: list[str] | None = None,
     ``name`` when there is no node yet), else 0. ``events``: see ``node_executor``."""
     rclpy.init(args=sys.argv if args is None else args,
                signal_handler_options=SignalHandlerOptions.NO)
-    stop = {"requested": False}
+    stop, once = threading.Event(), threading.RLock()  # (a second signal may interrupt it)
+    node = executor = None
+    wake: list[Callable[[], None]] = []  # what ends the executor's current wait, once there is one
 
-    def request_stop(_signum, _frame):
-        if not stop["requested"]:
-            stop["requested"] = True
-            threading.Thread(target=_exit_after, args=(STOP_DEADLINE_S, label()),
-                             daemon=True).start()
+    def request_stop() -> None:
+        with once:
+            if stop.is_set():
+                return
+            stop.set()
+        _arm_last_resort(STOP_DEADLINE_S + LAST_RESORT_S)
+        threading.Thread(target=_exit_after, args=(STOP_DEADLINE_S, label()),
+                         daemon=True).start()
+        for end_wait in wake:
+            end_wait()
 
-    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-    node = None
+    dump_stacks_on(signal.SIGUSR1)
+    previous = {sig: signal.signal(sig, lambda _signum, _frame: request_stop())
+                for sig in STOP_SIGNALS}
+    reader, writer = os.pipe()
+    os.set_blocking(writer, False)
+    previous_fd = signal.set_wakeup_fd(writer, warn_on_full_buffer=False)
+    threading.Thread(target=_watch_signals, args=(reader, request_stop), name="signals",
+                     daemon=True).start()
 
     def label() -> str:
         return node.get_name() if node is not None else name
@@ -367,9 +435,15 @@ def run_node(factory: Callable[..., Node], args: list[str] | None = None,
         freeze_long_lived()
         executor = node_executor(events)
         executor.add_node(node)
+        spin_timeout = UNWAKEABLE_SPIN_TIMEOUT_S
+        if isinstance(executor, SingleThreadedExecutor):
+            # its wake() only has it rebuild its wait set and wait on: a callback to run is
+            # what ends spin_once
+            wake.append(node.create_guard_condition(lambda: None).trigger)
+            spin_timeout = SPIN_TIMEOUT_S
         full_pass_due = time.monotonic() + FULL_PASS_PERIOD
-        while not stop["requested"] and rclpy.ok():
-            executor.spin_once(timeout_sec=0.05)
+        while not stop.is_set() and rclpy.ok():
+            executor.spin_once(timeout_sec=spin_timeout)
             if time.monotonic() >= full_pass_due:  # between callbacks: see FULL_PASS_PERIOD
                 gc.collect()
                 full_pass_due = time.monotonic() + FULL_PASS_PERIOD
@@ -383,5 +457,6 @@ def run_node(factory: Callable[..., Node], args: list[str] | None = None,
             rclpy.shutdown()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        signal.set_wakeup_fd(previous_fd)
     _exit_now(code)
     return code
