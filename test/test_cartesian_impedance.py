@@ -19,6 +19,7 @@ from rb_dynamics.control import (
     CartesianGains,
     CartesianImpedance,
     ControllerError,
+    JointController,
     critical_damping,
     pose_error,
     step_toward,
@@ -346,3 +347,33 @@ def test_hand_guiding_leaves_the_tool_where_the_hand_leaves_it(ur5):
     assert still < 1e-4  # gravity compensated: the free tool does not sag
     assert moved[0] > 0.02 and abs(moved[0]) > 3 * np.abs(moved[1:]).max()
     assert after < 1e-3  # left where the hand left it: no spring pulls it back
+
+
+def test_a_target_asked_after_a_hold_was_is_kept_one_asked_before_is_dropped(ur5):
+    """A hold (a collision's reset, an activation, a mode switch) takes the link's pose at the
+    next state. A target asked between the hold's request and that state is the user's latest
+    word: it stays (the code this was written against dropped it, so a target sent right after
+    ~/reset_collision was lost). A target asked before the hold is dropped: the hold stops the
+    motion toward it."""
+    model = ur5.model
+    controller = JointController(model, dynamics=ur5)
+    controller.set_mode("cartesian_impedance")
+    law = CartesianImpedance(ur5, default_payload_link(model))
+    controller.set_cartesian(law)
+    v = np.zeros(model.nv)
+    assert controller.update_state(model.actuated_joint_names, UR5_HOME, v, 0.0)
+    controller.effort(UR5_HOME, v, 0.0)  # holds where the link is
+    start = law.target.copy()
+    goal = start.copy()
+    goal[:3, 3] += [0.0, 0.03, 0.0]
+
+    controller.hold_anew()  # requested now, taken at the next state
+    law.set_target(goal)  # asked after the request
+    controller.effort(UR5_HOME, v, 0.001)
+    assert np.allclose(law.goal, goal, atol=1e-12)  # kept: the target moves to it from here
+    assert np.allclose(law.target, start)
+
+    law.set_target(goal)  # asked before the next request
+    controller.hold_anew()
+    controller.effort(UR5_HOME, v, 0.002)
+    assert np.allclose(law.goal, start)  # dropped: the link is held where it is

@@ -9,24 +9,29 @@ control node in ``cartesian_impedance`` on sim time, real DDS.
   cartesian_impedance it holds the tool where it is, then takes targets.
 - A stiffness the sampled loop cannot take is refused naming the axis and the bound; a bad value
   naming the parameter; a stable one is taken.
+- At a singular pose /diagnostics says so and the commands stay within the effort limits; the
+  lifecycle stops and holds as in the joint modes; so does a collision's hold.
 """
 
 from __future__ import annotations
 
 import math
-import time
 from pathlib import Path
 
 import numpy as np
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from geometry_msgs.msg import PoseStamped, TwistStamped, WrenchStamped
+from lifecycle_msgs.msg import Transition
+from lifecycle_msgs.srv import ChangeState
 from ros_harness import control_node, fresh_name, simulator
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
-from std_srvs.srv import SetBool
+from std_srvs.srv import SetBool, Trigger
 
 from rb_dynamics import DEFAULT_URDF
-from rb_dynamics.dynamics import default_payload_link, link_pose
+from rb_dynamics.dynamics import ReferenceDynamics, default_payload_link, link_pose
 from rb_dynamics.model import load_model
+from rb_dynamics_interfaces.msg import Collision
 
 MODEL = load_model(DEFAULT_URDF)
 JOINTS = MODEL.actuated_joint_names
@@ -59,10 +64,12 @@ def _quaternion(R: np.ndarray) -> tuple[float, float, float, float]:
 class Loop:
     """The simulator and the control node in closed loop (lock-step, sim time)."""
 
-    def __init__(self, tmp_path: Path, params: dict) -> None:
+    def __init__(self, tmp_path: Path, params: dict, initial: np.ndarray = Q0,
+                 sim: dict | None = None) -> None:
         self.sim = simulator(tmp_path, {
-            "initial_positions": Q0.tolist(), "publish_clock": True, "lockstep": True,
-            "lockstep_timeout": 5.0, "start_paused": True, "command_timeout": 0.2})
+            "initial_positions": initial.tolist(), "publish_clock": True, "lockstep": True,
+            "lockstep_timeout": 5.0, "start_paused": True, "command_timeout": 0.2,
+            **(sim or {})})
         self.control = control_node(tmp_path, {
             "urdf_path": str(DEFAULT_URDF), "state_timeout": 0.5, "use_sim_time": True,
             "contact.enabled": False, "cartesian.publish_rate": 50.0,
@@ -89,12 +96,8 @@ class Loop:
     def now(self) -> float:
         return _stamp(self.states[-1][1]) if self.states else -math.inf
 
-    def run_for(self, seconds: float, wall: float = 180.0) -> None:
-        until = self.now + seconds
-        deadline = time.monotonic() + wall
-        while self.now < until:
-            assert time.monotonic() < deadline, "the loop stalled\n" + self.logs()
-            self.sim.peer.executor.spin_once(timeout_sec=0.01)
+    def run_for(self, seconds: float) -> None:
+        self.sim.peer.run_sim_time(lambda: self.now, seconds, logs=self.logs)
 
     def position(self) -> np.ndarray:
         msg = self.states[-1][1]
@@ -107,6 +110,16 @@ class Loop:
     def send(self, msg: PoseStamped) -> None:
         self.targets.publish(msg)
         self.run_for(0.05)
+
+    def reach(self, start: np.ndarray, offset, what: str) -> float:
+        """Send a target ``offset`` (m, root axes) from the pose ``start``, its orientation
+        kept; after 2 s of simulated time, how far (m) the tool is from it (printed)."""
+        goal = start[:3, 3] + offset
+        self.send(_pose(goal, "", _quaternion(start[:3, :3])))
+        self.run_for(2.0)
+        gap = float(np.linalg.norm(self.tool()[:3, 3] - goal))
+        print(f"{what}: {gap * 1e3:.3f} mm from the target after 2 s")
+        return gap
 
     def close(self) -> None:
         from ros_harness import close_all
@@ -177,11 +190,7 @@ def test_a_mode_switch_holds_the_tool_then_takes_targets(tmp_path):
         drift = np.linalg.norm(loop.tool()[:3, 3] - switched[:3, 3])
         print(f"\nafter the switch the tool moved {drift * 1e3:.3f} mm")
         assert drift < 1e-3, loop.logs()  # held where it was, not sent anywhere
-        goal = switched[:3, 3] + [0.0, 0.03, 0.0]
-        loop.send(_pose(goal, "", _quaternion(switched[:3, :3])))
-        loop.run_for(2.0)
-        gap = np.linalg.norm(loop.tool()[:3, 3] - goal)
-        print(f"target after the switch: {gap * 1e3:.3f} mm away after 2 s")
+        gap = loop.reach(switched, [0.0, 0.03, 0.0], "target after the switch")
         assert gap < 2e-3, loop.logs()
     finally:
         loop.close()
@@ -205,5 +214,118 @@ def test_a_stiffness_the_loop_cannot_take_is_refused(tmp_path):
         loop.run_for(0.5)
         assert np.linalg.norm(loop.tool()[:3, 3] - start[:3, 3]) < 1e-3
         assert loop.commands and np.isfinite(loop.commands[-1][1].data).all()
+    finally:
+        loop.close()
+
+
+# the bundled arm's wrist singularity (UR-like): wrist_2 at 0 aligns wrist_1's and wrist_3's
+# axes, so the tool's Jacobian loses a rank
+Q_SINGULAR = np.array([0.3, -1.2, 1.4, -0.8, 0.0, 0.2])
+
+
+def _transition(loop: Loop, transition: int) -> None:
+    answer = loop.control.call(ChangeState, "~/change_state",
+                               ChangeState.Request(transition=Transition(id=transition)))
+    assert answer.success, loop.logs()
+
+
+def test_at_a_singularity_and_through_the_lifecycle_the_mode_behaves_as_the_others(tmp_path):
+    """Held at the wrist singularity, the status "<node>: cartesian" on /diagnostics warns of
+    it and names the threshold, and every command is finite and within the URDF's effort limits,
+    also while a target 10 cm away is followed through it. Deactivated, the node sends its stop
+    command (gravity at the measured pose) and ignores targets, naming why; activated again it
+    holds the tool where it is and takes targets."""
+    loop = Loop(tmp_path, {"mode": "cartesian_impedance",
+                           "cartesian.translational_stiffness": [800.0]},
+                initial=Q_SINGULAR)
+    limits = MODEL.effort_limit
+    try:
+        statuses = loop.control.received(DiagnosticArray, "/diagnostics")
+        cartesian = f"{loop.control.name}: cartesian"
+
+        def warned() -> list[DiagnosticStatus]:
+            return [s for _, array in statuses for s in array.status
+                    if s.hardware_id == cartesian and "near a singularity" in s.message]
+
+        start = loop.tool()
+        loop.send(_pose(start[:3, 3] + [0.1, 0.0, 0.0], "", _quaternion(start[:3, :3])))
+        loop.run_for(1.0)
+        assert loop.control.wait_for(warned, 15.0), loop.logs()
+        status = warned()[-1]
+        assert status.level == DiagnosticStatus.WARN
+        assert "< 0.01" in status.message, status.message
+        sent = np.array([msg.data for _, msg in loop.commands])
+        print(f"\nat the singularity: {len(sent)} commands, largest |τ|/limit "
+              f"{np.max(np.abs(sent) / limits):.3f}; status: {status.message}")
+        assert np.isfinite(sent).all()
+        assert (np.abs(sent) <= limits + 1e-9).all(), np.max(np.abs(sent) / limits)
+
+        before = len(loop.commands)
+        _transition(loop, Transition.TRANSITION_DEACTIVATE)
+        assert loop.control.wait_for_log("stop command 'gravity'", 10.0), loop.logs()
+        # the last command: the stop command, gravity at the measured pose (the lock-step
+        # simulator has stepped once on it and waits: the pose is the one it was computed at)
+        assert loop.sim.wait_for(lambda: len(loop.commands) > before, 10.0)
+        loop.sim.peer.settle(loop.commands, quiet=0.5)
+        stop = np.array(loop.commands[-1][1].data)
+        gravity = ReferenceDynamics(MODEL).gravity(loop.position())
+        assert np.allclose(stop, gravity, atol=1e-3 * np.abs(gravity).max()), (stop, gravity)
+        loop.send(_pose(start[:3, 3] + [0.0, 0.05, 0.0], "", _quaternion(start[:3, :3])))
+        assert loop.control.wait_for_log("target_pose ignored: the node is inactive", 10.0), \
+            loop.logs()
+
+        _transition(loop, Transition.TRANSITION_ACTIVATE)
+        loop.run_for(0.5)
+        held = loop.tool()
+        loop.run_for(1.0)
+        drift = np.linalg.norm(loop.tool()[:3, 3] - held[:3, 3])
+        print(f"activated again: the tool moved {drift * 1e3:.3f} mm in 1 s")
+        assert drift < 1e-3, loop.logs()
+        assert loop.reach(held, [0.0, 0.0, 0.03], "activated again") < 2e-3, loop.logs()
+    finally:
+        loop.close()
+
+
+def _wrench(link: str, force) -> WrenchStamped:
+    msg = WrenchStamped()
+    msg.header.frame_id = link
+    msg.wrench.force.x, msg.wrench.force.y, msg.wrench.force.z = (float(x) for x in force)
+    return msg
+
+
+def test_a_collision_holds_the_tool_and_refuses_targets_until_reset(tmp_path):
+    """contact.reaction hold in cartesian_impedance, as in the joint modes: a 20 N push at the
+    tool is a collision; the node holds the measured pose, ignores targets naming the latched
+    collision, and takes them again after ~/reset_collision."""
+    loop = Loop(tmp_path, {"mode": "cartesian_impedance",
+                           "cartesian.translational_stiffness": [800.0],
+                           "contact.enabled": True, "contact.reaction": "hold",
+                           "contact.publish_rate": 0.0},
+                sim={"effort_noise": 0.05})
+    collisions = loop.control.received(Collision, "~/collision")
+    try:
+        assert loop.control.wait_for(
+            lambda: loop.control.client(Trigger, "~/reset_collision").service_is_ready(), 30.0)
+        loop.run_for(0.3)  # the observer settled
+        assert not collisions, loop.logs()
+        R = loop.tool()[:3, :3]
+        loop.sim.publish_matched(WrenchStamped, "~/external_wrench",
+                                 _wrench(LINK, R.T @ np.array([20.0, 0.0, 0.0])))
+        assert loop.sim.wait_for(lambda: collisions, 10.0), loop.logs()
+        assert collisions[0][1].reaction == "hold"
+        loop.sim.publish_matched(WrenchStamped, "~/external_wrench", _wrench("", (0, 0, 0)))
+        loop.run_for(0.2)
+        held = loop.tool()
+        loop.send(_pose(held[:3, 3] + [0.0, 0.03, 0.0], "", _quaternion(held[:3, :3])))
+        assert loop.control.wait_for_log("target_pose ignored: a collision is latched", 10.0), \
+            loop.logs()
+        loop.run_for(1.0)
+        drift = np.linalg.norm(loop.tool()[:3, 3] - held[:3, 3])
+        print(f"\nlatched (hold): the tool moved {drift * 1e3:.3f} mm in 1 s")
+        assert drift < 1e-3, loop.logs()
+        answer = loop.control.call(Trigger, "~/reset_collision", Trigger.Request())
+        assert answer.success, answer.message
+        gap = loop.reach(held, [0.0, 0.03, 0.0], "after the reset")
+        assert gap < 2e-3, loop.logs()
     finally:
         loop.close()

@@ -202,6 +202,7 @@ class CartesianImpedance:
         self.payload = payload
         self.target: np.ndarray | None = None  # the pose held now (4×4, base)
         self.goal: np.ndarray | None = None  # the pose asked for, reached at the rate limits
+        self._goal_since_hold = False  # a goal was asked after the last hold was (forget_goal)
         self.last: CartesianState | None = None  # the last evaluation (a node publishes it)
         # since take_period: the smallest singular value of J and the evaluations damped
         self.smallest_seen, self.damped_count = math.inf, 0
@@ -266,10 +267,20 @@ class CartesianImpedance:
         """The link's 4×4 pose in the base frame at ``q``."""
         return self._kinematics.pose_and_jacobian(q)[0]
 
+    def forget_goal(self) -> None:
+        """A hold was asked for, to begin at the next state (``hold``): the goal asked before
+        now is dropped then; one asked after now is kept."""
+        self._goal_since_hold = False
+
     def hold(self, q: np.ndarray) -> None:
-        """Hold the link where it is at ``q``: the target and the goal become its pose, and
-        ``q`` the posture unless one was given."""
+        """Hold the link where it is at ``q``: the target becomes its pose, and so does the
+        goal unless one was asked since the hold was (``forget_goal``: a target sent right
+        after a collision's reset, before the next state, is not lost); ``q`` the posture
+        unless one was given."""
+        goal = self.goal if self._goal_since_hold else None
         self.reset_target(self.pose(q))
+        if goal is not None:
+            self.goal = goal
         if not self._posture_given:
             self.posture = np.array(q, dtype=float)
 
@@ -277,6 +288,7 @@ class CartesianImpedance:
         """Ask for ``pose`` (4×4 homogeneous, base frame); the held target moves to it at the
         rate limits. ControllerError unless it is a finite rigid transform."""
         self.goal = _rigid_transform(pose)
+        self._goal_since_hold = True
         if self.target is None:
             self.target = self.goal
 

@@ -246,7 +246,7 @@ class JointController:
     def set_mode(self, mode: str) -> None:
         check_choice(mode, CONTROL_MODES, "mode", ControllerError)
         if mode != self.law.mode:  # a new mode starts by holding where the arm is
-            self.trajectory, self.hold_position = None, None
+            self.hold()
             self.reset_integral()
         self.law.mode = mode
 
@@ -332,6 +332,7 @@ class JointController:
         """No trajectory: hold ``position`` at rest (None: the position measured at the next
         effort)."""
         self.trajectory, self.hold_position = None, position
+        self.law.hold_asked()
 
     def hold_measured(self) -> None:
         """JTC's ``set_hold_position``: hold the last measured position, at rest."""
@@ -340,6 +341,7 @@ class JointController:
     def hold_anew(self) -> None:
         """The held position is measured again at the next effort (a trajectory stays)."""
         self.hold_position = None
+        self.law.hold_asked()
 
     def drop_trajectory(self, sampler: TrajectorySampler | None = None) -> bool:
         """Stop following ``sampler`` (None: whichever is followed), the held position

@@ -80,8 +80,8 @@ class CartesianLaw(Protocol):
     imports this module's checks: this module names the calls, not the class). ``dynamics``,
     ``payload`` and ``friction_compensation`` are set before each evaluation; ``target`` is the
     pose held (4×4, base; None before the first hold); ``hold(q)`` holds the link's pose at
-    ``q``; ``effort(q, v, dt)`` returns τ over v first, the target moved ``dt`` s toward its
-    goal."""
+    ``q``, keeping a goal asked since ``forget_goal()`` (a hold was asked for); ``effort(q, v,
+    dt)`` returns τ over v first, the target moved ``dt`` s toward its goal."""
 
     dynamics: Dynamics
     payload: PayloadEffort | None
@@ -89,6 +89,8 @@ class CartesianLaw(Protocol):
     target: np.ndarray | None
 
     def hold(self, q: np.ndarray) -> None: ...
+
+    def forget_goal(self) -> None: ...
 
     def effort(self, q: np.ndarray, v: np.ndarray, dt: float = 0.0
                ) -> tuple[np.ndarray, object]: ...
@@ -264,6 +266,12 @@ class ControlLaw:
             tau = tau + friction
         return tau, error
 
+
+    def hold_asked(self) -> None:
+        """A new hold begins at the next effort: the Cartesian law then drops the goals asked
+        before now (``CartesianImpedance.forget_goal``)."""
+        if self.cartesian is not None:
+            self.cartesian.forget_goal()
 
     def _cartesian_effort(self, q: np.ndarray, v: np.ndarray, q_hold: np.ndarray | None,
                           dt: float) -> np.ndarray:

@@ -45,6 +45,7 @@ from rb_dynamics.control import (
 from rb_dynamics.dynamics import default_payload_link, link_pose
 from rb_dynamics.model import quat_to_matrix, rotation_log
 from rb_dynamics.ros import parameters as ros_params
+from rb_dynamics.ros.conversions import to_seconds
 from rb_dynamics.ros.diagnostics import status
 
 from .control_loop import ControlLoop
@@ -101,8 +102,10 @@ class CartesianMode:
         self.error_pub = node.create_publisher(TwistStamped, "~/cartesian/error", 10)
         self.wrench_pub = node.create_publisher(WrenchStamped, "~/cartesian/wrench", 10)
         self.diagnostics_pub = node.create_publisher(DiagnosticArray, "/diagnostics", 10)
-        self._timer = node.create_timer(1.0 / self.settings["cartesian.publish_rate"],
-                                        self._publish_state)
+        self._last_output = -math.inf  # the stamp (s) of the state last published for
+        # the state topics go out from the loop's thread, after the command: a timer on the main
+        # node would cost a pass over all its entities at every tick, in every mode
+        loop.set_state_recorder(self._on_state, "cartesian")
         node.create_timer(1.0, self.publish_diagnostics)
 
     # ------------------------------------------------------------------ building
@@ -196,8 +199,6 @@ class CartesianMode:
             self.settings = settings
             if controller is not None and self.loop.controller is controller:
                 self._apply(controller, candidate)
-            if "cartesian.publish_rate" in mine:
-                self._timer.timer_period_ns = int(1e9 / settings["cartesian.publish_rate"])
 
         return apply
 
@@ -219,15 +220,22 @@ class CartesianMode:
 
     # ------------------------------------------------------------------ outputs
 
-    def _publish_state(self) -> None:
-        """The last evaluation on the state topics (each evaluation once)."""
-        controller = self.loop.controller
+    def _on_state(self, msg: Any, controller: JointController | None) -> None:
+        """With each joint state, after its command is out (the loop's thread): the last
+        evaluation on the state topics, at most ``cartesian.publish_rate`` times per second of
+        the states' stamps (each evaluation once)."""
         if controller is None or controller.mode != MODE or controller.law.cartesian is None:
             return
         last = controller.law.cartesian.last
-        if last is None or last is self._published:
-            return
-        self._published = last
+        t = to_seconds(msg.header.stamp)
+        if last is None or last is self._published \
+                or 0.0 <= t - self._last_output < 1.0 / self.settings["cartesian.publish_rate"]:
+            return  # (a stamp that went back publishes)
+        self._published, self._last_output = last, t
+        self._publish_state(controller, last)
+
+    def _publish_state(self, controller: JointController, last: CartesianState) -> None:
+        """The evaluation ``last`` on the state topics."""
         stamp = self.node.get_clock().now().to_msg()
         frame = controller.model.root_link
         for publisher, T in ((self.pose_pub, last.pose), (self.target_pub, last.target)):
