@@ -353,6 +353,9 @@ class JointCommand:
                          for joint, label, reason in self.refused)
 
 
+MAX_NAME_LISTS = 16  # lists of names ``CommandLayout.decode`` keeps what it read from
+
+
 @dataclass
 class CommandLayout:
     """The command interfaces of a model's movable joints (``model.actuated_joint_names``)."""
@@ -365,6 +368,10 @@ class CommandLayout:
     initial_command: np.ndarray  # (3, n) command initial_value, NaN where none
     systems: list[HardwareSystem] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # what ``decode`` reads from the names alone, per list of names seen (a publisher sends the
+    # same names with every command: the check and the lookups are done once)
+    _by_names: dict[tuple[str, ...], tuple[np.ndarray, np.ndarray]] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def modes(self) -> dict[str, frozenset[str]]:
@@ -419,19 +426,15 @@ class CommandLayout:
         its block, mimic joints included). Raises ValueError for a repeated name or a field whose
         length fits neither layout.
         """
-        names = list(names)
-        repeated = repeated_names(names)
-        if repeated:
-            raise ValueError(f"name: joints {name_list(repeated)} appear more than once")
-        index = {n: i for i, n in enumerate(self.joints)}
-        columns = np.array([index.get(n, -1) for n in names], dtype=int)
+        names = tuple(names)
+        columns, accepts = self._read_names(names)
         values = np.full((3, len(names)), np.nan)
         refused: list[tuple[str, str, str]] = []
         for f, (label, data) in enumerate(zip(COMMAND_FIELDS, (position, velocity, effort))):
             data = np.asarray(data, dtype=float).ravel()
             if data.size == 0:
                 continue
-            having = np.array([c >= 0 and self.allowed[f, c] for c in columns], dtype=bool)
+            having = accepts[f]
             if data.size == len(names):
                 slots = np.arange(len(names))
             elif data.size == having.sum():
@@ -456,6 +459,26 @@ class CommandLayout:
                     values[f, slot] = value
         keep = (columns >= 0) & ~np.all(np.isnan(values), axis=0)
         return JointCommand(columns[keep], values[:, keep], tuple(refused))
+
+    def _read_names(self, names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """Each name's joint column (-1: not a commandable joint of the model) and, per command
+        field, whether the named joint takes it ((3, len(names)) bool); ValueError for a
+        repeated name."""
+        known = self._by_names.get(names)
+        if known is not None:
+            return known
+        repeated = repeated_names(list(names))
+        if repeated:
+            raise ValueError(f"name: joints {name_list(repeated)} appear more than once")
+        index = {n: i for i, n in enumerate(self.joints)}
+        columns = np.array([index.get(n, -1) for n in names], dtype=int)
+        accepts = np.zeros((3, len(names)), dtype=bool)
+        named = columns >= 0
+        accepts[:, named] = self.allowed[:, columns[named]]
+        if len(self._by_names) >= MAX_NAME_LISTS:  # a publisher that varies its names
+            self._by_names.clear()
+        self._by_names[names] = (columns, accepts)
+        return columns, accepts
 
 
 def _effort_only(model: Model) -> CommandLayout:

@@ -12,20 +12,20 @@ reaction to them (docs/contact.md).
 ``ContactMonitor`` runs on the control loop's thread, with each joint state the controller took,
 after its command is out (a ``ControlLoop`` state recorder): the momentum observer
 (``control.MomentumObserver``, on the controller's dynamics and payload) and the detector
-(``control.CollisionDetector``). When outputs are due it copies the estimate and wakes the
-main executor (a guard condition), which builds the messages, estimates the wrench and
-publishes (the newest due state when it falls behind): the loop's thread does no message work
-but a collision event. A detection publishes ``~/collision`` and, unless ``contact.reaction`` is
-``none``, latches until ``~/reset_collision``: the reference is dropped
-and a goal being followed aborts ("Aborted: collision on ..."), new trajectories and goals are
-refused, and the controller holds the measured position (``hold``), gravity-compensates only
-(``compliant``: the controller's mode is gravity compensation until the reset, which restores
-the ``mode`` parameter's) or stops commanding (``stop``: the stop command goes out once,
-commands resume at the reset, holding where the arm is). A joint state without efforts gives no
-estimate (said on /diagnostics; the control goes on); one with NaN or inf efforts is skipped,
-and restarts the observer once (said, counted on /diagnostics); restarts are logged throttled.
-Efforts a drive reports without gravity or friction (``drive.effort_includes_*`` false) get
-them back from the model before the observer reads them (``joint_efforts``).
+(``control.CollisionDetector``); when outputs are due (``contact.publish_rate``) it builds the
+messages, estimates the wrench and publishes there too (reused messages): a hand-off to the main
+executor would cost a pass over all the node's entities, more than the messages. A detection
+publishes ``~/collision`` and, unless ``contact.reaction`` is ``none``, latches until
+``~/reset_collision``: the reference is dropped and a goal being followed aborts ("Aborted:
+collision on ..."), new trajectories and goals are refused, and the controller holds the
+measured position (``hold``), gravity-compensates only (``compliant``: the controller's mode is
+gravity compensation until the reset, which restores the ``mode`` parameter's) or stops
+commanding (``stop``: the stop command goes out once, commands resume at the reset, holding
+where the arm is). A joint state without efforts gives no estimate (said on /diagnostics; the
+control goes on); one with NaN or inf efforts is skipped, and restarts the observer once (said,
+counted on /diagnostics); restarts are logged throttled. Efforts a drive reports without gravity
+or friction (``drive.effort_includes_*`` false) get them back from the model before the observer
+reads them (``joint_efforts``).
 """
 
 from __future__ import annotations
@@ -126,10 +126,6 @@ class ContactMonitor:
         self.diagnostics_pub = node.create_publisher(DiagnosticArray, "/diagnostics", 10)
         node.create_service(Trigger, "~/reset_collision", self._on_reset)
         node.create_timer(1.0, self.publish_diagnostics)
-        self._due = node.create_guard_condition(self._publish)  # outputs, on the executor
-        # what the loop's thread hands the executor: (parts, stamp ns), q and the estimate
-        self._pending: tuple[_Parts, int] | None = None
-        self._pending_q, self._pending_r = np.zeros(0), np.zeros(0)
         self._parts: _Parts | None = None
         self._last_q: np.ndarray | None = None  # the controller's last state seen
         self._origin_ns = -2 * DAY_NS
@@ -245,27 +241,18 @@ class ContactMonitor:
         rate, t = self.settings["contact.publish_rate"], stamp_ns * 1e-9
         if rate <= 0.0 or not 0.0 <= t - self._last_output < 1.0 / rate:  # (or time went back)
             self._last_output = t
-            with self.loop.lock:  # copies of this state's values for the executor
-                if len(self._pending_r) != len(estimate):
-                    self._pending_q, self._pending_r = np.zeros(len(q)), np.zeros(len(estimate))
-                self._pending_q[:], self._pending_r[:] = q, estimate
-                self._pending = (parts, stamp_ns)
-            self._due.trigger()
+            self._publish(parts, stamp_ns, q, estimate)
         period = self._period
         period.estimates += 1
         elapsed = time.perf_counter() - started
         period.compute_total += elapsed
         period.compute_max = max(period.compute_max, elapsed)
 
-    def _publish(self) -> None:
-        """On the executor: ~/external_efforts and ~/external_wrench of the state the loop
-        handed over last, and the period's largest estimates (over the published states)."""
-        with self.loop.lock:
-            pending, self._pending = self._pending, None
-            if pending is None:
-                return
-            q, estimate = self._pending_q.copy(), self._pending_r.copy()
-        parts, stamp_ns = pending
+    def _publish(self, parts: _Parts, stamp_ns: int, q: np.ndarray, estimate: np.ndarray
+                 ) -> None:
+        """~/external_efforts and ~/external_wrench of the state at ``q`` stamped ``stamp_ns``
+        with the observer's ``estimate``, and the period's largest estimates (over the
+        published states)."""
         controller, stamp = parts.controller, stamp_of(stamp_ns)
         period = self._period
         if period.largest is None or len(period.largest) != len(estimate):

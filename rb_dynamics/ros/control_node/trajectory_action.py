@@ -6,10 +6,10 @@ preemption, cancel, deactivation, feedback, the state topic) and where it differ
 in docs/trajectory_controller.md; the checks themselves are in ``goal_tracking``.
 
 Threads: the tolerances are checked on the control loop's thread, under its lock, right after
-each command (a few array comparisons); it keeps references to the arrays the command was
-computed from and wakes the main executor (a guard condition) when a goal ends or
-``STATE_BATCH`` controller states are due (a 10 Hz timer sends what is left). Messages are
-built and published, and goals finished, on the main executor (one reused message); the
+each command (a few array comparisons), and the controller state due then is built and
+published there too (one reused message, after the command went out): a hand-off to the main
+executor would cost a pass over all the node's entities, more than the message. The loop wakes
+the main executor (a guard condition) only when a goal ends; goals are finished there, and the
 action's execute callback is a coroutine awaiting the goal's end, so it never blocks the
 executor. Without control_msgs the node runs without the action and the state topic, and says
 so once.
@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import functools
 import math
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
 
@@ -32,7 +30,6 @@ from rb_dynamics.control import (
     ControllerError,
     ControlOutput,
     JointController,
-    TrajectorySampler,
 )
 from rb_dynamics.ros.conversions import (
     ConversionError,
@@ -66,9 +63,6 @@ except ImportError as _exc:  # a machine without the ROS tools: the node runs wi
 
 __all__ = ["JOINT_TOLERANCES", "MISSING", "TRAJECTORY_PARAMETERS", "TrajectoryAction"]
 
-STATE_BATCH = 10  # controller states per executor wake at the control rate
-MAX_PENDING_STATES = 1000  # older ones are dropped if the executor falls behind
-
 
 def inactive_reason(state: str, node_name: str) -> str:
     """Why a node in lifecycle ``state`` (not active) takes no goal, and what makes it take
@@ -97,14 +91,11 @@ class TrajectoryAction:
         self.settings = self.parameters.settings  # checked values, kept current
         self._goal: GoalTracker | None = None  # the goal being executed (under loop.lock)
         self._finished: list[GoalTracker] = []  # ended on the loop thread, not yet told
-        # controller states due for publishing (references to the loop's arrays), told to the
-        # executor in batches: one executor pass costs more than building a message
-        self._states: deque[tuple] = deque(maxlen=MAX_PENDING_STATES)
-        self._next_state = -math.inf
+        self._next_state = -math.inf  # when the next ~/controller_state is due (loop thread)
         self._new_joints: list[str] = []  # joints whose constraints.* are to be declared
         self._prepared: dict[int, GoalTracker] = {}  # goal callback → accepted callback
-        group = ReentrantCallbackGroup()
-        # woken from the loop thread (a goal ended, a state is due) and the model loader
+        self._group = group = ReentrantCallbackGroup()
+        # woken from the loop thread (a goal ended) and the model loader
         self._news = node.create_guard_condition(self._on_news, callback_group=group)
         self.server = None
         if MISSING is not None:
@@ -115,8 +106,6 @@ class TrajectoryAction:
         self.state_pub = node.create_publisher(JointTrajectoryControllerState,
                                                "~/controller_state", 10)
         self._state_msg = new_controller_state(JointTrajectoryControllerState)  # reused
-        # the few states of a batch that was not filled (the loop stopped): out within 0.1 s
-        node.create_timer(0.1, self._on_news, callback_group=group)
         self.server = ActionServer(
             node, FollowJointTrajectory, "~/follow_joint_trajectory",
             execute_callback=self._unexpected, goal_callback=self._on_goal,
@@ -124,9 +113,9 @@ class TrajectoryAction:
             callback_group=group,
             # a finished goal's request (all its points) is kept with its result until then
             result_timeout=self.settings["action_result_timeout"])
-        self._feedback_timer = node.create_timer(1.0 / self.settings["action_monitor_rate"],
-                                                 self._publish_feedback, callback_group=group)
-        self._feedback_timer.cancel()  # runs while a goal does
+        # exists while a goal runs (made at the accept, destroyed when the last goal is told):
+        # a timer kept cancelled between goals would still be in every wait set of the executor
+        self._feedback_timer = None
         loop.set_command_monitor(self._on_command)
         loop.set_fault_listener(self._on_fault)
 
@@ -156,22 +145,21 @@ class TrajectoryAction:
     # ------------------------------------------------------------------ loop thread
 
     def _on_command(self, t: float, controller: JointController, out: ControlOutput) -> None:
-        """After each command, on the loop thread under its lock: microseconds."""
-        wake = False
+        """After each command, on the loop thread under its lock: the goal's tolerances and the
+        controller state, if one is due (tens of microseconds)."""
         rate = self.settings["state_publish_rate"]
-        if rate <= 0.0 or not 0.0 < self._next_state - t <= 1.0 / rate:  # due, or time went back
-            self._next_state = t + 1.0 / rate if rate > 0.0 else -math.inf
-            self._states.append((t, controller, controller.trajectory, controller.q,
-                                 controller.v, controller.last_reference, out))
-            wake = len(self._states) >= (STATE_BATCH if rate == 0.0 or rate > 100.0 else 1)
+        if self.server is not None and (
+                rate <= 0.0 or not 0.0 < self._next_state - t <= 1.0 / rate):  # due, or time
+            self._next_state = t + 1.0 / rate if rate > 0.0 else -math.inf  # went back
+            fill_controller_state(self._state_msg, t, controller, controller.trajectory,
+                                  controller.q, controller.v, controller.last_reference, out)
+            self.state_pub.publish(self._state_msg)
         goal = self._goal
         if goal is not None:
             outcome = goal.check(t, controller, out)
             if outcome is not None:
                 self._end(goal, outcome, controller)
-                wake = True
-        if wake:
-            self._news.trigger()
+                self._news.trigger()
 
     def _on_fault(self, kind: str, why: str, controller: JointController) -> None:
         """The loop cannot follow the reference (on its thread, under its lock): the goal ends.
@@ -210,16 +198,11 @@ class TrajectoryAction:
     def _on_news(self) -> None:
         with self.loop.lock:
             finished, self._finished = self._finished, []
-            states = list(self._states)
-            self._states.clear()
             joints, self._new_joints = self._new_joints, []
         if joints:
             self.parameters.declare_joint_constraints(joints)
         for goal in finished:
             self._tell(goal)
-        if self.server is not None:
-            for state in states:
-                self._publish_state(*state)
 
     def _tell(self, goal: GoalTracker) -> None:
         outcome = goal.outcome
@@ -231,8 +214,9 @@ class TrajectoryAction:
             self.log.warning(f"goal {outcome.kind}: {outcome.text}{figures}")
         if not goal.future.done():
             goal.future.set_result(outcome)
-        if self._goal is None:
-            self._feedback_timer.cancel()
+        if self._goal is None and self._feedback_timer is not None:
+            self.node.destroy_timer(self._feedback_timer)
+            self._feedback_timer = None
 
     def abort_active(self, text: str, code: int = INVALID_GOAL) -> None:
         """End the goal being executed, if any (deactivation); the arm holds its position."""
@@ -331,7 +315,10 @@ class TrajectoryAction:
         self.log.info(f"goal accepted: {len(goal.sampler.times) - 1} points over "
                       f"{goal.sampler.times[-1]:.3f} s")
         self._on_news()  # tell a preempted goal now
-        self._feedback_timer.reset()
+        if self._feedback_timer is None:
+            self._feedback_timer = self.node.create_timer(
+                1.0 / self.settings["action_monitor_rate"], self._publish_feedback,
+                callback_group=self._group)
         handle.execute(functools.partial(self._execute, goal))
 
     def _result(self, code: int, text: str) -> Any:
@@ -375,10 +362,3 @@ class TrajectoryAction:
         feedback = FollowJointTrajectory.Feedback()
         fill_feedback(feedback, goal)
         goal.handle.publish_feedback(feedback)
-
-    def _publish_state(self, t: float, controller: JointController,
-                       sampler: TrajectorySampler | None, q: np.ndarray, v: np.ndarray,
-                       reference: tuple | None, out: ControlOutput) -> None:
-        """One ~/controller_state, into the one message kept for it."""
-        fill_controller_state(self._state_msg, t, controller, sampler, q, v, reference, out)
-        self.state_pub.publish(self._state_msg)
