@@ -1,17 +1,20 @@
 # SPDX-License-Identifier: Apache-2.0
-"""A small robot driver around MuJoCo, for the drive tests: a second simulator, not ours.
+"""A small robot driver around MuJoCo, for the drive and identification tests: a second
+simulator, not ours.
 
 Loads a URDF into MuJoCo (its meshes, ``<ros2_control>`` and ``<gazebo>`` elements dropped: the
-dynamics only), gives each joint the arm's true friction (``damping``: viscous, N·m·s/rad, one per
-joint; no dry friction) and, with ``gravcomp``, plays a drive that compensates gravity itself:
-every body's ``gravcomp`` is 1, so MuJoCo applies g(q) as a passive force whatever is commanded.
+dynamics only), gives each joint the arm's true friction (``damping``: viscous, N·m·s/rad, and
+``frictionloss``: dry, N·m, MuJoCo's sign law; each one per joint or one for all, none unless
+given) and rotor inertia (``armature``, kg·m²), and, with ``gravcomp``, plays a drive that
+compensates gravity itself: every body's ``gravcomp`` is 1, so MuJoCo applies g(q) as a
+passive force whatever is commanded.
 
 Lock-step on its own step, as the package's simulator: each command on ``~/commands``
 (std_msgs/Float64MultiArray, efforts in joint order, applied as ``qfrc_applied``) is one
 ``time_step`` step, answered with ``/clock`` and then ``joint_states`` (position, velocity and
 the effort: the command, plus MuJoCo's gravity compensation with ``effort_includes_gravity``,
-plus Gaussian noise of σ ``effort_noise``) stamped with the simulated time. A state no command
-answers is sent again every 0.2 s.
+plus Gaussian noise of σ ``effort_noise`` + ``effort_noise_relative`` × |effort|) stamped
+with the simulated time. A state no command answers is sent again every 0.2 s.
 
 Run as ``python -m mujoco_driver --ros-args -p urdf_path:=... -p initial_positions:=[...]``
 with test/ on the path.
@@ -48,10 +51,14 @@ class MujocoDriver(Node):
         urdf = Path(self.declare_parameter("urdf_path", "").value).read_text()
         initial = list(self.declare_parameter("initial_positions", [0.0]).value)
         damping = list(self.declare_parameter("damping", [0.0]).value)
+        armature = list(self.declare_parameter("armature", [0.0]).value)
+        frictionloss = list(self.declare_parameter("frictionloss", [0.0]).value)
         self.gravcomp = bool(self.declare_parameter("gravcomp", False).value)
         self.effort_includes_gravity = bool(
             self.declare_parameter("effort_includes_gravity", True).value)
         self.effort_noise = float(self.declare_parameter("effort_noise", 0.0).value)
+        self.effort_noise_relative = float(
+            self.declare_parameter("effort_noise_relative", 0.0).value)
         self.rng = np.random.default_rng()
         dt = float(self.declare_parameter("time_step", 0.001).value)
         spec = mujoco.MjSpec.from_string(dynamics_only(urdf))
@@ -63,8 +70,10 @@ class MujocoDriver(Node):
         self.joints = [m.joint(j).name for j in range(m.njnt)]
         self.dofs = np.array([m.jnt_dofadr[j] for j in range(m.njnt)])
         qpos = np.array([m.jnt_qposadr[j] for j in range(m.njnt)])
-        m.dof_frictionloss[:] = 0.0  # no dry friction: the true friction is damping alone
-        m.dof_damping[self.dofs] = damping if len(damping) == len(self.dofs) else damping[0]
+        m.dof_frictionloss[:] = 0.0  # only the dry friction given: the URDF's is not the arm's
+        for values, field in ((damping, m.dof_damping), (armature, m.dof_armature),
+                              (frictionloss, m.dof_frictionloss)):
+            field[self.dofs] = values if len(values) == len(self.dofs) else values[0]
         self.data = mujoco.MjData(m)
         self.data.qpos[qpos] = initial
         mujoco.mj_forward(m, self.data)
@@ -76,7 +85,9 @@ class MujocoDriver(Node):
         self.last_publish = self.get_clock().now()
         self.create_timer(RESEND_S / 2, self._resend)
         self.get_logger().info(f"mujoco {mujoco.__version__}: {self.joints}, gravcomp "
-                               f"{self.gravcomp}, damping {m.dof_damping[self.dofs].tolist()}")
+                               f"{self.gravcomp}, damping {m.dof_damping[self.dofs].tolist()}, "
+                               f"armature {m.dof_armature[self.dofs].tolist()}, frictionloss "
+                               f"{m.dof_frictionloss[self.dofs].tolist()}")
         self._publish()
 
     def _on_command(self, msg: Float64MultiArray) -> None:
@@ -98,9 +109,11 @@ class MujocoDriver(Node):
         stamp = Clock().clock
         stamp.sec, stamp.nanosec = int(t), int(round((t - int(t)) * 1e9))
         self.clock_pub.publish(Clock(clock=stamp))
-        effort = self.command + self.rng.normal(0.0, self.effort_noise, len(self.dofs))
+        effort = self.command.copy()
         if self.gravcomp and self.effort_includes_gravity:
             effort += self.data.qfrc_gravcomp[self.dofs]
+        effort += self.rng.normal(0.0, 1.0, len(self.dofs)) * (
+            self.effort_noise + self.effort_noise_relative * np.abs(effort))
         msg = JointState(name=self.joints, position=self.data.qpos[self.qpos].tolist(),
                          velocity=self.data.qvel[self.dofs].tolist(), effort=effort.tolist())
         msg.header.stamp = stamp

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -33,7 +32,6 @@ from rb_dynamics.identification import (
     corrected_urdf,
     own_link_inertias,
     perturbed_model,
-    read_plan,
 )
 from rb_dynamics.model import (
     DynamicsOverlay,
@@ -43,6 +41,7 @@ from rb_dynamics.model import (
     write_overlay,
 )
 from rb_dynamics.ros.identification import main
+from rb_dynamics_interfaces.srv import InverseDynamics
 
 CLI = [sys.executable, "-m", "rb_dynamics.ros.identification"]
 KP = [400.0, 400.0, 400.0, 2500.0, 1e4, 4e4]  # per joint, 1/s² (as the payload tests)
@@ -66,82 +65,6 @@ def _true_arm(tmp_path: Path) -> tuple[Path, Path, object]:
     urdf.write_text(corrected_urdf(text, layout, layout.parameters(true), welded))
     write_overlay(DynamicsOverlay.from_model(true), overlay)
     return urdf, overlay, apply_overlay(load_model(urdf.read_text()), read_overlay(overlay))
-
-
-def test_plan_send_record_fit_on_the_simulated_arm(tmp_path):
-    pytest.importorskip("control_msgs.action", reason="control_msgs (../shared/vendor) is not "
-                        "installed: no FollowJointTrajectory action to send the plan to")
-    plan_dir, bag, out = tmp_path / "plan", tmp_path / "bag", tmp_path / "out"
-    planned = _run("plan", "--urdf", str(DEFAULT_URDF), "--out", str(plan_dir), "--period",
-                   "3", "--harmonics", "4", "--periods", "5", "--lead-in", "3",
-                   "--time-budget", "8")
-    assert planned.returncode == 0, planned.stderr
-    assert "condition number" in planned.stdout and "plan: condition" in planned.stderr
-    true_urdf, true_overlay, true = _true_arm(tmp_path)
-    start = read_plan(plan_dir / "plan.json")[0].evaluate(np.zeros(1))[0][0]
-    sim = Session("rb_dynamics.ros.simulator_node", tmp_path, {
-        "urdf_path": str(true_urdf), "dynamics_overlay": str(true_overlay),
-        "initial_positions": start.tolist(), "publish_rate": 1000.0, "time_step": 0.001,
-        "publish_clock": True, "command_timeout": 0.2, "start_paused": True, "lockstep": True,
-        "lockstep_timeout": 5.0, "effort_noise": EFFORT_NOISE, "effort_noise_relative": 0.01,
-        "encoder_resolution": 2 * math.pi / 2 ** 17, "effort_delay": EFFORT_DELAY,
-        "publish_jitter": 2e-4})
-    control = Session("rb_dynamics.ros.control_node", tmp_path, {
-        "urdf_path": str(DEFAULT_URDF), "mode": "computed_torque", "kp": KP,
-        "kd": [2.0 * math.sqrt(k) for k in KP], "state_timeout": 0.1, "use_sim_time": True},
-        "-r", "~/effort_commands:=/rb_simulator/commands", peer=sim.peer)
-    recorder = None
-    try:
-        pause = sim.peer.node.create_client(SetBool, "/rb_simulator/pause")
-        assert sim.peer.wait_for(pause.service_is_ready, 60.0), sim.output()
-        recorder = subprocess.Popen([*CLI, "record", "--out", str(bag), "--storage", "sqlite3"],
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        states = sim.received(JointState, "/joint_states")
-        assert sim.peer.call(pause, SetBool.Request(data=False)).success
-        # the loop is closed (the control node answers states) before the goal goes out
-        assert sim.peer.wait_for(lambda: len(states) > 200, 60.0), control.output()[-3000:]
-        # 18 s of lock-step sim time: minutes of wall time on a busy machine
-        sent = _run("send", str(plan_dir / "excitation.yaml"), "--action",
-                    "/rb_dynamics/follow_joint_trajectory", "--timeout", "60", timeout=900.0)
-        assert sent.returncode == 0 and "error_code 0" in sent.stdout, (
-            sent.stdout + sent.stderr + control.output()[-3000:])
-        print("\n" + sent.stdout)
-        followed = sent.stdout[sent.stdout.index("followed ("):]
-        assert all(name in followed for name in true.actuated_joint_names), sent.stdout
-        recorder.send_signal(signal.SIGINT)
-        stdout, stderr = recorder.communicate(timeout=60)
-        assert recorder.returncode == 0, stdout + stderr
-        assert "recorded" in stdout and (bag / "metadata.yaml").exists()
-    finally:
-        if recorder is not None and recorder.poll() is None:
-            recorder.kill()
-        close_all(control, sim)
-
-    fitted = _run("fit", str(bag), "--urdf", str(DEFAULT_URDF), "--plan",
-                  str(plan_dir / "plan.json"), "--out", str(out))
-    assert fitted.returncode == 0, fitted.stdout + fitted.stderr
-    report = json.loads((out / "report.json").read_text())
-    print("\n" + fitted.stdout)
-    identified = load_model((out / "identified.urdf").read_text())
-    q = np.random.default_rng(3).uniform(-2.0, 2.0, (2000, true.nq))
-    g_true = gravity(true, q)
-    error = np.abs(gravity(identified, q) - g_true).max() / np.abs(g_true).max()
-    urdf_error = np.abs(gravity(load_model(DEFAULT_URDF), q) - g_true).max() / np.abs(
-        g_true).max()
-    print(f"gravity error: identified {100 * error:.3f} %, URDF {100 * urdf_error:.2f} % of "
-          "max |g|")
-    fitted_model = apply_overlay(identified, read_overlay(out / "overlay.yaml"))
-    for field in ("armature", "damping", "friction", "effort_offset"):
-        print(f"{field}: true {np.round(getattr(true, field), 4).tolist()}, identified "
-              f"{np.round(getattr(fitted_model, field), 4).tolist()}")
-    assert report["base_parameters"] == 58 and report["periods_fitted"] >= 3
-    # the effort a state reports was applied over the step before it: half a step later still
-    assert abs(report["delay_s"] - (EFFORT_DELAY + 0.0005)) < 5e-4
-    # closed loop on a short plan (3 s period): the tracking loop's own effort content and a
-    # weaker excitation than the 10 s plans of the benchmark (which reach ≤ 1.25 σ)
-    assert max(report["consistent"]["validation"]["rms_over_sigma"]) <= 1.5
-    assert error <= 0.01 and urdf_error >= 10 * error
-    assert (out / "overlay.yaml").exists() and (out / "validation.png").exists()
 
 
 def test_send_gives_the_goal_tolerances_and_an_arm_that_does_not_follow_aborts_it(tmp_path):
@@ -353,3 +276,119 @@ def test_a_folder_of_bags_reads_as_one_recording_by_joint_name(tmp_path):
     rec = read_joint_states(tmp_path / "run", joints)
     assert np.allclose(rec.stamps, stamps, atol=1e-9) and np.array_equal(rec.position, q)
     assert np.array_equal(rec.effort, q[:, ::-1])  # effort of a = cos, of b = sin, in both
+
+
+def test_run_identifies_in_rounds_and_loads_each_result_into_the_controller(tmp_path):
+    """``run`` on the simulated arm driven by the control node on the URDF's model: it plans,
+    records while sending, fits, loads the result into the node (overlay service, description
+    topic; checked by the node's own inverse dynamics) and excites again while the fit says a
+    further round is due. The first round's fit already finds the arm (the recording of a
+    plan the URDF's model executes in part); under its model the second round executes the
+    plan; the best round's model is the arm's."""
+    pytest.importorskip("control_msgs.action", reason="control_msgs (../shared/vendor) is not "
+                        "installed: no FollowJointTrajectory action to send the plan to")
+    true_urdf, true_overlay, true = _true_arm(tmp_path)
+    out = tmp_path / "run"
+    sim = Session("rb_dynamics.ros.simulator_node", tmp_path, {
+        "urdf_path": str(true_urdf), "dynamics_overlay": str(true_overlay),
+        "publish_rate": 1000.0, "time_step": 0.001, "publish_clock": True,
+        "command_timeout": 0.2, "start_paused": True, "lockstep": True,
+        "lockstep_timeout": 5.0, "effort_noise": EFFORT_NOISE, "effort_noise_relative": 0.01,
+        "encoder_resolution": 2 * math.pi / 2 ** 17, "effort_delay": EFFORT_DELAY,
+        "publish_jitter": 2e-4})
+    control = Session("rb_dynamics.ros.control_node", tmp_path, {
+        "urdf_path": str(DEFAULT_URDF), "mode": "computed_torque", "kp": KP,
+        "kd": [2.0 * math.sqrt(k) for k in KP], "state_timeout": 0.1, "use_sim_time": True},
+        "-r", "~/effort_commands:=/rb_simulator/commands", peer=sim.peer)
+    try:
+        pause = sim.peer.node.create_client(SetBool, "/rb_simulator/pause")
+        assert sim.peer.wait_for(pause.service_is_ready, 60.0), sim.output()
+        states = sim.received(JointState, "/joint_states")
+        assert sim.peer.call(pause, SetBool.Request(data=False)).success
+        # the loop is closed (the control node answers states) before the goal goes out
+        assert sim.peer.wait_for(lambda: len(states) > 200, 60.0), control.output()[-3000:]
+        # 2 × 14 s of lock-step sim time: minutes of wall time on a busy machine
+        ran = _run("run", "--urdf", str(DEFAULT_URDF), "--out", str(out), "--period", "3",
+                   "--harmonics", "4", "--periods", "4", "--lead-in", "2", "--time-budget", "8",
+                   "--rounds", "2", "--min-improvement", "0", "--timeout", "60",
+                   timeout=1500.0)
+        print("\n" + ran.stdout)
+        assert ran.returncode == 0, ran.stdout + ran.stderr + control.output()[-3000:]
+        log = control.output()
+    finally:
+        close_all(control, sim)
+    assert "condition number" in ran.stdout and "plan: condition" in ran.stderr
+    followed = ran.stdout[ran.stdout.index("followed ("):]  # send's report of the first goal
+    assert all(name in followed for name in true.actuated_joint_names), ran.stdout
+    summary = json.loads((out / "rounds.json").read_text())
+    rounds = summary["rounds"]
+    # the URDF's model lacks the armature: the first round does not execute the plan in full
+    assert rounds[0]["next"] is not None and len(rounds) == 2, summary
+    assert "dynamics overlay:" in log, log[-3000:]
+    assert f"published {out / 'round1' / 'identified.urdf'}" in ran.stderr
+    assert min(rounds[1]["range_covered"].values()) >= 0.95, summary
+    q = np.random.default_rng(3).uniform(-2.0, 2.0, (2000, true.nq))
+    g_true = gravity(true, q)
+    urdf_error = np.abs(gravity(load_model(DEFAULT_URDF), q) - g_true).max() / np.abs(
+        g_true).max()
+    for number in (1, 2):
+        folder = out / f"round{number}"
+        report = json.loads((folder / "report.json").read_text())
+        identified = apply_overlay(load_model((folder / "identified.urdf").read_text()),
+                                   read_overlay(folder / "overlay.yaml"))
+        error = np.abs(gravity(identified, q) - g_true).max() / np.abs(g_true).max()
+        print(f"round {number}: gravity error {100 * error:.3f} % of max |g| (URDF "
+              f"{100 * urdf_error:.2f} %), delay {1e3 * report['delay_s']:.2f} ms; armature "
+              f"true {np.round(true.armature, 4).tolist()}, identified "
+              f"{np.round(identified.armature, 4).tolist()}")
+        assert report["base_parameters"] == 58 and report["periods_fitted"] >= 2
+        # closed loop on a short plan (3 s period): the tracking loop's own effort content and
+        # a weaker excitation than the 10 s plans of the benchmark (which reach ≤ 1.25 σ)
+        assert max(report["consistent"]["validation"]["rms_over_sigma"]) <= 1.5
+        assert error <= 0.01 and urdf_error >= 10 * error
+        assert (folder / "validation.png").exists()
+    # the effort a state reports was applied over the step before it: half a step later still
+    first = json.loads((out / "round1" / "report.json").read_text())
+    assert abs(first["delay_s"] - (EFFORT_DELAY + 0.0005)) < 5e-4
+    assert summary["best"] == 2 and rounds[1]["poor"] is None, summary
+
+
+def test_loading_a_result_into_a_controller_that_cannot_take_it_changes_nothing(tmp_path):
+    """A control node given its description as the robot_description parameter takes no
+    other: ``run``'s loading step says so (exit 4 of the run) before it changes the node's
+    overlay, and the node's dynamics stay the URDF's."""
+    true_urdf, true_overlay, _ = _true_arm(tmp_path)
+    folder = tmp_path / "result"
+    folder.mkdir()
+    (folder / "identified.urdf").write_text(true_urdf.read_text())
+    (folder / "overlay.yaml").write_text(true_overlay.read_text())
+    name = fresh_name("rb_dynamics")
+    topic = f"/{fresh_name('description')}"  # nobody else's: only the node could take it
+    control = Session("rb_dynamics.ros.control_node", tmp_path, {
+        "robot_description": Path(DEFAULT_URDF).read_text()}, name=name)
+    names = load_model(DEFAULT_URDF).actuated_joint_names
+    request = InverseDynamics.Request(joint_names=names, positions=[0.3] * len(names),
+                                      accelerations=[1.0] * len(names))
+    try:
+        before = control.call(InverseDynamics, "~/inverse_dynamics", request)
+        assert before.success, before.message
+        loading = subprocess.run([sys.executable, "-c", (
+            "import sys\nfrom pathlib import Path\n"
+            "from rb_dynamics.ros.identification.rounds import LoadError, load_into_controller\n"
+            "try:\n"
+            "    load_into_controller(Path(sys.argv[1]), node=sys.argv[2], "
+            "description_topic=sys.argv[3], say=print, timeout=5.0)\n"
+            "except LoadError as exc:\n"
+            "    print(exc)\n"
+            "    sys.exit(4)\n"), str(folder), f"/{name}", topic],
+            capture_output=True, text=True, timeout=120)
+        assert loading.returncode == 4, loading.stdout + loading.stderr
+        assert f"nobody subscribes to {topic}" in loading.stdout, loading.stdout
+        assert "robot_description parameter" in loading.stdout, loading.stdout
+        after = control.call(InverseDynamics, "~/inverse_dynamics", request)
+        # (the first answer may come from the reference algorithms, the second from the
+        # compiled kernels: the same to rounding)
+        assert np.allclose(after.efforts, before.efforts, rtol=1e-9, atol=1e-12)
+        assert "dynamics overlay:" not in control.output()
+    finally:
+        control.close()

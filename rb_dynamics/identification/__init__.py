@@ -86,6 +86,7 @@ from .pipeline import (
     identification_report,
     identify,
     next_round,
+    next_round_reason,
     poor_fit,
     write_identification,
 )
@@ -223,6 +224,7 @@ __all__ = [
     "plan_report",
     "plot_validation",
     "next_round",
+    "next_round_reason",
     "poor_fit",
     "pseudo_inertia",
     "random_states",

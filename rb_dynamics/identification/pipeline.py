@@ -218,6 +218,17 @@ def _coverage(names: Sequence[str], ex, joints) -> str:
 
 
 def next_round(ident: Identification) -> str | None:
+    """Why a second round would do better and how to run it, or None (``next_round_reason``)."""
+    why = next_round_reason(ident)
+    if why is None:
+        return None
+    return (f"{why}. A second round does better: load the result into the controller "
+            "(urdf_path: identified.urdf, dynamics_overlay: overlay.yaml), send the plan "
+            "again, record, and fit the new recording (`rb_dynamics_identify run` does the "
+            "rounds; docs/identification.md, 'When the arm does not follow the plan')")
+
+
+def next_round_reason(ident: Identification) -> str | None:
     """Why a second round would do better, or None: joints that covered less than
     ``FULL_EXECUTION`` of their planned range or peak speed (the controller's model, not the
     plan, shaped the motion), or whose validation RMS/σ is above ``GOOD_VALIDATION``."""
@@ -229,15 +240,11 @@ def next_round(ident: Identification) -> str | None:
              if not validation.ratio[j] <= GOOD_VALIDATION]
     if not short and not loose:
         return None
-    why = "; ".join(
+    return "; ".join(
         ([f"the plan was not executed in full: {_coverage(names, ex, short)}"] if short
          else [])
         + ([f"validation RMS/σ above {GOOD_VALIDATION:g}: {', '.join(loose)}"] if loose
            else []))
-    return (f"{why}. A second round does better: load the result into the controller "
-            "(urdf_path: identified.urdf, dynamics_overlay: overlay.yaml), send the plan "
-            "again, record, and fit the new recording (docs/identification.md, 'When the arm "
-            "does not follow the plan')")
 
 
 def write_identification(ident: Identification, out: Path, provenance: dict[str, str],

@@ -9,7 +9,9 @@ Subcommands (each has ``--help``):
   node's ``~/follow_joint_trajectory``), waiting for its result;
 - ``record``: ``sensor_msgs/JointState`` on a topic into a new rosbag2 (MCAP or SQLite3);
 - ``fit``: a bag (or a folder of bags), the URDF and ``plan.json`` → ``--out`` receives
-  ``identified.urdf``, ``overlay.yaml``, ``report.json``, ``validation.png``.
+  ``identified.urdf``, ``overlay.yaml``, ``report.json``, ``validation.png``;
+- ``run``: ``plan``, then rounds of ``send`` + ``record``, ``fit`` and loading the result into
+  the controller while the fit improves (``rounds``).
 
 ``plan`` and ``fit`` need no ROS; ``send`` and ``record`` (``ros_commands``) need rclpy: this
 module parses their options and calls them. Progress goes to stderr, results to stdout. Exit
@@ -21,12 +23,14 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from .exit_codes import EXIT_INPUT, EXIT_MISSING, EXIT_OK
+from .exit_codes import EXIT_INPUT, EXIT_MISSING, EXIT_OK, EXIT_ROS
 from .ros_commands import DEFAULT_GOAL_TOLERANCE, DEFAULT_PATH_TOLERANCE
 
 # BLAS threads fight over a shared 2-core machine and slow small factorisations 100-fold;
@@ -92,27 +96,7 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--urdf", required=True, help="the robot's URDF file")
     plan.add_argument("--out", required=True, type=Path, help="folder for excitation.yaml, "
                       "plan.json")
-    plan.add_argument("--joints", nargs="+", help="joints to excite (default: every 1-DoF "
-                      "joint; name them on a robot with a gripper)")
-    plan.add_argument("--period", type=POSITIVE, default=10.0, help="base period, s (10)")
-    plan.add_argument("--harmonics", type=HARMONICS, default=5, help="harmonics per joint "
-                      "(5; 2 to 29)")
-    plan.add_argument("--periods", type=PERIODS, default=5, help="periods in the goal (5: "
-                      "four to fit, one to validate; at least 3, and the goal at most "
-                      "10,000 points of 50 ms)")
-    plan.add_argument("--lead-in", type=POSITIVE, default=5.0, help="s to reach the start (5)")
-    plan.add_argument("--margin", type=_number(0.0, 0.49), default=0.1, help="fraction kept "
-                      "off every limit (0.1)")
-    plan.add_argument("--acceleration", type=POSITIVE, help="acceleration bound, rad/s² "
-                      "(default: twice each joint's velocity limit per second)")
-    plan.add_argument("--evaluations", type=_number(32, 10_000_000, integer=True),
-                      default=6000, help="length of the search, in evaluations of the "
-                      "objective (6000, ~35 s for a 7-joint arm): the same plan for the same "
-                      "--seed on any machine")
-    plan.add_argument("--time-budget", type=POSITIVE, default=600.0, help="s of search at "
-                      "most (600); a search it cuts short says so, and its plan depends on "
-                      "the machine's speed")
-    plan.add_argument("--seed", type=int, default=0)
+    _plan_options(plan)
     _common(plan)
 
     fit = sub.add_parser("fit", help="fit the dynamics to a recorded excitation")
@@ -122,30 +106,15 @@ def _parser() -> argparse.ArgumentParser:
     fit.add_argument("--plan", required=True, type=Path, help="plan.json from `plan`")
     fit.add_argument("--out", required=True, type=Path, help="folder for the results")
     fit.add_argument("--topic", default="/joint_states")
-    fit.add_argument("--stribeck", action="store_true", help="also fit Stribeck friction")
-    fit.add_argument("--no-consistent", action="store_true", help="skip the consistent "
-                     "(SDP) parameter set")
-    fit.add_argument("--delay", type=_number(-1.0, 1.0), help="the effort delay, s "
-                     "(default: estimated)")
     fit.add_argument("--accept-poor-fit", action="store_true", help="write the results even "
                      "when a joint's validation RMS/σ is above 2, or a joint covered less than "
                      "half its planned range or peak speed (a warning names it)")
-    fit.add_argument("--cutoff", type=POSITIVE, default=10.0, help="low-pass, Hz (10; below "
-                     "half the recording's rate)")
+    _fit_options(fit)
     _common(fit)
 
     send = sub.add_parser("send", help="send excitation.yaml to a FollowJointTrajectory server")
     send.add_argument("goal", type=Path, help="excitation.yaml from `plan`")
-    send.add_argument("--action", default="/rb_dynamics/follow_joint_trajectory")
-    send.add_argument("--timeout", type=POSITIVE, default=10.0, help="s to wait for the "
-                      "server, and for the result beyond the goal's duration (10)")
-    send.add_argument("--path-tolerance", type=_number(0.0), default=DEFAULT_PATH_TOLERANCE,
-                      help="rad (m): the server aborts the goal when a joint is further from "
-                      f"the plan; given to a goal without tolerances; 0: none "
-                      f"({DEFAULT_PATH_TOLERANCE:g})")
-    send.add_argument("--goal-tolerance", type=_number(0.0), default=DEFAULT_GOAL_TOLERANCE,
-                      help="rad (m) from the plan's last point, 2 s after its end; given to "
-                      f"a goal without tolerances; 0: none ({DEFAULT_GOAL_TOLERANCE:g})")
+    _send_options(send)
     _common(send)
 
     record = sub.add_parser("record", help="record joint states into a rosbag2")
@@ -157,7 +126,76 @@ def _parser() -> argparse.ArgumentParser:
     record.add_argument("--wait", type=POSITIVE, default=30.0, help="s to wait for a first "
                         "message (30)")
     _common(record)
+
+    run = sub.add_parser("run", help="identify in rounds: plan, then send and record, fit, "
+                         "load the result into the controller and excite again while the fit "
+                         "improves")
+    run.add_argument("--urdf", required=True, help="the robot's URDF file (the controller's)")
+    run.add_argument("--out", required=True, type=Path, help="folder for plan/, round1/, "
+                     "round2/, ... and rounds.json")
+    run.add_argument("--rounds", type=_number(1, 20, integer=True), default=3,
+                     help="rounds at most (3)")
+    run.add_argument("--min-improvement", type=_number(0.0, 0.99), default=0.1,
+                     help="a further round only while the worst joint's validation RMS/σ "
+                     "drops by this fraction (0.1)")
+    run.add_argument("--node", default="/rb_dynamics", help="the control node (its full "
+                     "name): its ~/set_dynamics_overlay and ~/inverse_dynamics")
+    run.add_argument("--description-topic", default="/robot_description",
+                     help="where the control node takes its description from")
+    run.add_argument("--topic", default="/joint_states")
+    run.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap")
+    _plan_options(run)
+    _send_options(run)
+    _fit_options(run)
+    _common(run)
     return parser
+
+
+def _plan_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--joints", nargs="+", help="joints to excite (default: every 1-DoF "
+                   "joint; name them on a robot with a gripper)")
+    p.add_argument("--period", type=POSITIVE, default=10.0, help="base period, s (10)")
+    p.add_argument("--harmonics", type=HARMONICS, default=5, help="harmonics per joint "
+                   "(5; 2 to 29)")
+    p.add_argument("--periods", type=PERIODS, default=5, help="periods in the goal (5: "
+                   "four to fit, one to validate; at least 3, and the goal at most "
+                   "10,000 points of 50 ms)")
+    p.add_argument("--lead-in", type=POSITIVE, default=5.0, help="s to reach the start (5)")
+    p.add_argument("--margin", type=_number(0.0, 0.49), default=0.1, help="fraction kept "
+                   "off every limit (0.1)")
+    p.add_argument("--acceleration", type=POSITIVE, help="acceleration bound, rad/s² "
+                   "(default: twice each joint's velocity limit per second)")
+    p.add_argument("--evaluations", type=_number(32, 10_000_000, integer=True),
+                   default=6000, help="length of the search, in evaluations of the "
+                   "objective (6000, ~35 s for a 7-joint arm): the same plan for the same "
+                   "--seed on any machine")
+    p.add_argument("--time-budget", type=POSITIVE, default=600.0, help="s of search at "
+                   "most (600); a search it cuts short says so, and its plan depends on "
+                   "the machine's speed")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def _fit_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--stribeck", action="store_true", help="also fit Stribeck friction")
+    p.add_argument("--no-consistent", action="store_true", help="skip the consistent "
+                   "(SDP) parameter set")
+    p.add_argument("--delay", type=_number(-1.0, 1.0), help="the effort delay, s "
+                   "(default: estimated)")
+    p.add_argument("--cutoff", type=POSITIVE, default=10.0, help="low-pass, Hz (10; below "
+                   "half the recording's rate)")
+
+
+def _send_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--action", default="/rb_dynamics/follow_joint_trajectory")
+    p.add_argument("--timeout", type=POSITIVE, default=10.0, help="s to wait for the "
+                   "server, and for the result beyond the goal's duration (10)")
+    p.add_argument("--path-tolerance", type=_number(0.0), default=DEFAULT_PATH_TOLERANCE,
+                   help="rad (m): the server aborts the goal when a joint is further from "
+                   f"the plan; given to a goal without tolerances; 0: none "
+                   f"({DEFAULT_PATH_TOLERANCE:g})")
+    p.add_argument("--goal-tolerance", type=_number(0.0), default=DEFAULT_GOAL_TOLERANCE,
+                   help="rad (m) from the plan's last point, 2 s after its end; given to "
+                   f"a goal without tolerances; 0: none ({DEFAULT_GOAL_TOLERANCE:g})")
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -223,6 +261,13 @@ def _plan(args, say: Progress) -> int:
 
 
 def _fit(args, say: Progress) -> int:
+    return _fit_and_write(args, say)[0]
+
+
+def _fit_and_write(args, say: Progress, advise: bool = True) -> tuple[int, Any]:
+    """Fit, print the figures and write the results (unless the fit is poor and
+    ``args.accept_poor_fit`` is not given), and with ``advise`` what a further round would
+    do: the exit code and the Identification."""
     from rb_dynamics.identification import (
         check_outputs,
         check_plan_model,
@@ -267,7 +312,7 @@ def _fit(args, say: Progress) -> int:
     if poor is not None and not args.accept_poor_fit:
         print(f"rb_dynamics_identify fit: {poor}; nothing written (--accept-poor-fit writes "
               "anyway)", file=sys.stderr)
-        return EXIT_INPUT
+        return EXIT_INPUT, ident
     paths = write_identification(ident, args.out, {
         "bag": str(args.bag.resolve()), "urdf": str(Path(args.urdf).resolve()),
         "plan": str(args.plan.resolve())}, inputs=inputs)
@@ -276,9 +321,48 @@ def _fit(args, say: Progress) -> int:
               f"although {poor}", file=sys.stderr)
     for kind, path in paths.items():
         print(f"{kind}: {path}")
-    if (advice := next_round(ident)) is not None:
+    if advise and (advice := next_round(ident)) is not None:
         print(f"next: {advice}")
-    return EXIT_OK
+    return EXIT_OK, ident
+
+
+def _run(args, say: Progress) -> int:
+    from .ros_commands import send
+    from .rounds import load_into_controller, run_rounds
+
+    earlier = [str(path) for path in (args.out / "round1", args.out / "rounds.json")
+               if path.exists()]
+    if earlier:
+        raise ValueError(f"--out {args.out}: holds an earlier run ({earlier[0]}); give a new "
+                         "folder")
+    plan_folder = args.out / "plan"
+    code = _plan(argparse.Namespace(**{**vars(args), "out": plan_folder}), say)
+    if code != EXIT_OK:
+        return code
+    fit_args = {**vars(args), "plan": plan_folder / "plan.json",
+                "accept_poor_fit": True}  # the rounds judge the fits; each is written
+
+    def send_plan(goal: Path) -> int:
+        try:
+            return send(goal, action=args.action, timeout=args.timeout, say=say,
+                        path_tolerance=args.path_tolerance, goal_tolerance=args.goal_tolerance)
+        finally:  # send's handlers cancel its goal; Ctrl-C ends the fits and loads as usual
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+    def fit(bag: Path, folder: Path) -> Any:
+        return _fit_and_write(argparse.Namespace(**{**fit_args, "bag": bag, "out": folder}),
+                              say, advise=False)[1]  # the rounds say what comes next
+
+    def load(folder: Path) -> None:
+        load_into_controller(folder, node=args.node, description_topic=args.description_topic,
+                             say=say)
+
+    record = [sys.executable, "-m", "rb_dynamics.ros.identification", "record", "--topic",
+              args.topic, "--storage", args.storage]
+    return run_rounds(args.out, rounds=args.rounds, min_improvement=args.min_improvement,
+                      plan_folder=plan_folder, send=send_plan, fit=fit, load=load,
+                      record_command=record, say=say)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -288,11 +372,15 @@ def main(argv: list[str] | None = None) -> int:
     from rb_dynamics.identification import IdentificationError, MissingDependency
     from rb_dynamics.model import URDFError
 
+    from .rounds import LoadError
+
     try:
         if args.command == "plan":
             return _plan(args, say)
         if args.command == "fit":
             return _fit(args, say)
+        if args.command == "run":
+            return _run(args, say)
         from .ros_commands import record, send
 
         if args.command == "send":
@@ -307,6 +395,12 @@ def main(argv: list[str] | None = None) -> int:
     except (IdentificationError, URDFError, ValueError, OSError) as exc:
         print(f"rb_dynamics_identify {args.command}: {exc}", file=sys.stderr)
         return EXIT_INPUT
+    except LoadError as exc:
+        print(f"rb_dynamics_identify {args.command}: {exc}", file=sys.stderr)
+        return EXIT_ROS
+    except KeyboardInterrupt:
+        print(f"rb_dynamics_identify {args.command}: interrupted", file=sys.stderr)
+        return EXIT_ROS
 
 
 if __name__ == "__main__":
