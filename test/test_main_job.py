@@ -20,7 +20,9 @@ def _run(tmp_path: Path, *args: str, timeout: float = 120.0) -> dict:
     assert out.returncode == 0, out.stdout + out.stderr
     assert "command latency" in out.stdout and "real-time factor" in out.stdout
     report = json.loads((tmp_path / "main_job_report.json").read_text())
-    assert report["shutdown"] == {"simulator": "stopped", "control node": "stopped"}
+    assert report["shutdown"] == {"simulator": "stopped", "control node": "stopped"}, \
+        "\n".join(f"--- {log.name}:\n{log.read_text(errors='replace')[-6000:]}"
+                  for log in sorted(Path(report["logs"]).glob("*.log")))
     # no process of the run is left behind (their command lines name the run's log folder)
     leftovers = [p for p in Path("/proc").glob("[0-9]*/cmdline")
                  if report["log_dir"] in p.read_bytes().decode(errors="replace")]

@@ -41,7 +41,7 @@ class Recording:
     effort: list[list[float]] = field(default_factory=list)
     q_desired: list[list[float]] = field(default_factory=list)
     latency: list[float] = field(default_factory=list)  # state received → its command received
-    clock: list[tuple[float, float]] = field(default_factory=list)  # (wall, sim)
+    clock: list[tuple[float, float]] = field(default_factory=list)  # (wall, state's stamp)
 
 
 # Each joint its own motion: its own period and swing, so that every curve of the plot is
@@ -57,6 +57,19 @@ KP, KD = 400.0, 40.0
 # the reference runs this long past the recorded window: the simulator steps on until it is
 # stopped, and the end of a trajectory (held at rest from full speed) is no part of tracking it
 REFERENCE_MARGIN_S = 1.0
+# simulated s between sending the reference and its start: the control node must have taken it
+# by then (a busy node takes tens of ms of wall time to read a long trajectory, and a fast
+# lock-step loop runs hundreds of steps meanwhile); a reference taken after its start is joined
+# mid-way, a jump the tracking figures would count
+START_DELAY_S = 0.5
+# The observer is not in the loop: descheduled on a busy machine it falls behind, and a queue
+# as deep as a default run's messages (some 12 s at 1 kHz) lets it catch up instead of
+# losing states and commands.
+OBSERVED_DEPTH = 20000
+# states in a row with one stamp that say the simulator is paused (a late command makes it
+# send a state again, at most a few times in a row)
+PAUSED_REPEATS = 20
+STALL_S = 15.0  # the run is given up when no joint state came for this long (wall s)
 
 
 def reference_amplitude(q0: np.ndarray, lower: np.ndarray, upper: np.ndarray,
@@ -103,6 +116,9 @@ def _spawn(module: str, params: dict, extra: list[str], log_dir: Path) -> subpro
                             start_new_session=True)
 
 
+STACKS_S = 0.5  # for a node that did not stop to print its threads' stacks before SIGKILL
+
+
 def _stop(proc: subprocess.Popen, timeout: float = 5.0) -> str:
     if proc.poll() is not None:
         return f"exited {proc.returncode}"
@@ -111,6 +127,11 @@ def _stop(proc: subprocess.Popen, timeout: float = 5.0) -> str:
         proc.wait(timeout)
         return "stopped"
     except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)  # the node prints its threads' stacks to its log
+        try:
+            proc.wait(STACKS_S)
+        except subprocess.TimeoutExpired:
+            pass
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         return "killed"
@@ -164,26 +185,29 @@ class Observer:
 
     def __init__(self, plan: Plan) -> None:
         import rclpy
-        from rclpy.executors import SingleThreadedExecutor
-        from rosgraph_msgs.msg import Clock
         from sensor_msgs.msg import JointState
         from std_msgs.msg import Float64MultiArray
         from std_srvs.srv import SetBool
         from trajectory_msgs.msg import JointTrajectory
 
+        from rb_dynamics.ros.runtime import node_executor
+
         self.plan, self.rec = plan, Recording()
-        self.last_state_time = math.nan  # wall clock, for the latency
+        self.last_state_time = math.nan  # when the latest state was taken (monotonic s)
         self.last_stamp = math.nan  # sim time of the latest state
         self.start_sim = math.nan  # sim time at which the reference starts
         self.duration = math.inf  # s of the reference recorded from start_sim
         self.commands_seen = 0  # effort commands the control node published
-        self.node = rclpy.create_node("rb_dynamics_main_job")
-        self.executor = SingleThreadedExecutor()
+        self.repeats = 0  # states in a row with the stamp of the one before
+        # a state and a command per simulated ms, off the loop: on a busy machine the
+        # single-threaded executor's pass per message falls behind the loop it watches
+        self.node = rclpy.create_node("rb_dynamics_main_job", start_parameter_services=False)
+        self.executor = node_executor(events=True)
         self.executor.add_node(self.node)
-        self.node.create_subscription(JointState, "joint_states", self._on_state, 100)
+        self.node.create_subscription(JointState, "joint_states", self._on_state,
+                                      OBSERVED_DEPTH)
         self.node.create_subscription(Float64MultiArray, f"/{SIM}/commands", self._on_command,
-                                      100)
-        self.node.create_subscription(Clock, "/clock", self._on_clock, 100)
+                                      OBSERVED_DEPTH)
         self.trajectory_pub = self.node.create_publisher(JointTrajectory,
                                                          f"/{CONTROL}/joint_trajectory", 10)
         self.pause = self.node.create_client(SetBool, f"/{SIM}/pause")
@@ -193,7 +217,10 @@ class Observer:
         if not all(n in by_name for n in self.plan.joints):
             return
         self.last_state_time = time.monotonic()
-        self.last_stamp = to_seconds(msg.header.stamp)
+        stamp = to_seconds(msg.header.stamp)
+        self.repeats = self.repeats + 1 if stamp == self.last_stamp else 0
+        self.last_stamp = stamp
+        self.rec.clock.append((self.last_state_time, self.last_stamp))
         t = self.last_stamp - self.start_sim
         if not 0.0 <= t <= self.duration:  # NaN before the start; after it: the margin
             return
@@ -208,9 +235,6 @@ class Observer:
         self.commands_seen += 1
         if not math.isnan(self.start_sim) and not math.isnan(self.last_state_time):
             self.rec.latency.append(time.monotonic() - self.last_state_time)
-
-    def _on_clock(self, msg) -> None:
-        self.rec.clock.append((time.monotonic(), to_seconds(msg.clock)))
 
     def spin(self, seconds: float = 0.01) -> None:
         self.executor.spin_once(timeout_sec=seconds)
@@ -234,23 +258,37 @@ class Observer:
 
     def hold_then_start(self, duration: float) -> None:
         """Resume the simulator, let the controller hold the start pose for one simulated
-        second, then send the reference to start at a stated simulated instant (shared by the
-        controller and the recording)."""
-        from std_srvs.srv import SetBool
-
-        future = self.pause.call_async(SetBool.Request(data=False))
-        while not future.done():
-            self.spin(0.05)
+        second, then pause it, send the reference to start at a stated simulated instant
+        (shared by the controller and the recording) and resume: the start is decided on the
+        simulator's own time, however far behind the loop this observer runs."""
+        self._set_paused(False)
         settle_until, wall_limit = self.last_stamp + 1.0, time.monotonic() + 20.0
         while self.last_stamp < settle_until and time.monotonic() < wall_limit:
             self.spin()
-        self.start_sim, self.duration = self.last_stamp + 0.05, duration
+        self._set_paused(True)
+        self.repeats = 0  # paused, the simulator publishes its state again and again
+        while self.repeats < PAUSED_REPEATS:
+            self.spin()
+            if time.monotonic() - self.last_state_time > STALL_S:
+                raise RuntimeError(f"no joint state for {STALL_S:.0f} s after the pause")
+        self.start_sim, self.duration = self.last_stamp + START_DELAY_S, duration
         self.trajectory_pub.publish(reference_trajectory(
             self.plan.joints, self.plan.q0, self.plan.amp, duration + REFERENCE_MARGIN_S,
             self.start_sim))
+        self._set_paused(False)
+
+    def _set_paused(self, paused: bool) -> None:
+        from std_srvs.srv import SetBool
+
+        future = self.pause.call_async(SetBool.Request(data=paused))
+        while not future.done():
+            self.spin(0.05)
+        if not future.result().success:
+            raise RuntimeError(f"the simulator refused to {'pause' if paused else 'resume'}: "
+                               f"{future.result().message}")
 
     def follow(self, duration: float, processes: dict, log_dir: Path, quiet: bool) -> None:
-        start_wall, next_line, rec = time.monotonic(), 0.0, self.rec
+        next_line, rec = 0.0, self.rec
         while (elapsed := self.last_stamp - self.start_sim) < duration:
             self.spin()
             if not quiet and elapsed >= next_line:
@@ -261,8 +299,8 @@ class Observer:
                 next_line += 0.5
             if any(proc.poll() is not None for proc in processes.values()):
                 raise RuntimeError(f"a node exited during the run: see {log_dir}")
-            if time.monotonic() - start_wall > 5 * duration + 30:
-                raise RuntimeError(f"the simulation stalled: see {log_dir}")
+            if time.monotonic() - self.last_state_time > STALL_S:
+                raise RuntimeError(f"no joint state for {STALL_S:.0f} s: see {log_dir}")
         if not quiet:
             print()
 
@@ -312,6 +350,7 @@ def run(urdf: Path, duration: float, mode: str, out_dir: Path, quiet: bool = Fal
         observer.follow(duration, processes, log_dir, quiet)
     finally:
         report["shutdown"] = {name: _stop(proc) for name, proc in processes.items()}
+        report["logs"] = str(log_dir)
         observer.close()
         rclpy.shutdown()
     rec, joints = observer.rec, plan.joints
