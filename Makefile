@@ -28,14 +28,22 @@ run: setup
 
 # (a subset: make test TESTS="test/test_ros2_launch.py test/test_ros2_cli.py")
 TESTS ?= test
+# parallel pytest workers (pytest-xdist), each on a ROS domain of its own (test/conftest.py); a
+# module stays on one worker, so the nodes a module shares between its tests are started once,
+# and the modules go out longest first (conftest's LONGEST_FIRST); then the tests marked
+# ``alone`` (a pace against a baseline of the run), one at a time. (Exit code 5: a subset
+# without tests of that kind.)
+WORKERS ?= 2
 
 test: setup
-	$(PY) -m pytest $(TESTS) -q
+	$(PY) -m pytest $(TESTS) -q -n $(WORKERS) --dist loadfile --no-loadscope-reorder \
+	  -m "not alone" || [ $$? -eq 5 ]
+	$(PY) -m pytest $(TESTS) -q -m alone || [ $$? -eq 5 ]
 
 # the tests that need no ROS (the engine, control, simulation, identification): the ones that
 # talk to ROS are marked ``ros`` by test/conftest.py
 test-fast: setup
-	$(PY) -m pytest $(TESTS) -q -m "not ros"
+	$(PY) -m pytest $(TESTS) -q -m "not ros" -n $(WORKERS) --dist loadfile --no-loadscope-reorder
 
 # benchmarks (not tests): dynamics against Pinocchio, then the 1 kHz latency through the node
 bench: setup

@@ -10,7 +10,8 @@
 #   6. (Jazzy only) the ROS 2 tools that have no wheel on PyPI: launch, launch_ros, the ros2 CLI,
 #      control_msgs, built from the sources in ../shared/vendor by its installer (when present)
 #   7. (Jazzy only) Humble's control_msgs in a prefix of its own, $VENV/opt/humble, for the tests
-#      that run the nodes against Humble's interfaces (test/test_humble.py)
+#      that run the nodes against Humble's interfaces (test/test_humble.py); built in the
+#      background from step 4 on
 # Each step is skipped when a stamp in .venv/.stamps matches the hash of its inputs, so a second
 # run with nothing changed takes a second or two. Variables: PYTHON (interpreter to use),
 # VENV (default ./.venv), ROS_WHEELS (jazzy, the default, or kilted), RB_DYNAMICS_VENDOR (the
@@ -137,6 +138,42 @@ else
   stamp_set requirements "$REQ_HASH"
 fi
 
+# ---------------------------------------------------------------- 7. Humble's control_msgs
+# Humble has no wheels; its interfaces differ from Jazzy's where a node could trip (fields added
+# since). control_msgs 4.8.0 (../shared/vendor/ros-humble-control-msgs) is built into a prefix of
+# its own, $VENV/opt/humble, which the Humble tests put first on the paths of the nodes they start.
+# It needs only the wheels (step 3) and writes only its own prefix, so it is built in the
+# background while steps 4-6 run (the longest step; a build is partly serial: cmake, generators).
+VENDOR=${RB_DYNAMICS_VENDOR:-$ROOT/../shared/vendor}
+VENDOR=$(cd "$VENDOR" 2>/dev/null && pwd || printf '%s' "$VENDOR")
+HUMBLE_SRC=$VENDOR/ros-humble-control-msgs
+HUMBLE_PREFIX=$VENV/opt/humble
+HUMBLE_BUILD=""  # the background build's pid
+if [ "$ROS_WHEELS" != jazzy ] || [ ! -d "$HUMBLE_SRC" ]; then
+  step "Humble's control_msgs: skipped (needs the Jazzy venv and $HUMBLE_SRC)"
+else
+  HUMBLE_HASH=$( { echo "$REQ_HASH"; find "$HUMBLE_SRC" -type f | LC_ALL=C sort | xargs cat; } |
+    sha256sum | cut -c1-16)
+  if stamp_ok humble-control-msgs "$HUMBLE_HASH"; then
+    step "Humble's control_msgs: up to date ($HUMBLE_PREFIX)"
+  else
+    step "Humble's control_msgs: colcon build into $HUMBLE_PREFIX, in the background (~3-4 min)"
+    (
+      humble_start=$SECONDS
+      rm -rf "$BUILD/humble" "$HUMBLE_PREFIX"
+      run_logged humble-control-msgs env PATH="$VENV/bin:$PATH" AMENT_PREFIX_PATH="$VENV" \
+        CMAKE_PREFIX_PATH="$VENV" colcon --log-base "$BUILD/humble/log" build \
+        --base-paths "$HUMBLE_SRC" --packages-select control_msgs \
+        --build-base "$BUILD/humble/build" --install-base "$HUMBLE_PREFIX" --merge-install \
+        --event-handlers console_direct- \
+        --cmake-args -DBUILD_TESTING=OFF -DPython3_EXECUTABLE="$VPY"
+      stamp_set humble-control-msgs "$HUMBLE_HASH"
+      step "Humble's control_msgs: built ($((SECONDS - humble_start)) s)"
+    ) &
+    HUMBLE_BUILD=$!
+  fi
+fi
+
 # ---------------------------------------------------------------- 4. rb_dynamics_interfaces
 IF_SRC=$ROOT/rb_dynamics_interfaces
 IF_HASH=$( { echo "$REQ_HASH"; find "$IF_SRC" -type f | LC_ALL=C sort | xargs cat; } |
@@ -177,8 +214,6 @@ fi
 # launch, launch_ros, the ros2 CLI and control_msgs are not on PyPI: their Jazzy sources and an
 # installer live in ../shared/vendor (not part of this repository). Its own stamp makes it ~1 s
 # when up to date; PIP_CONSTRAINT keeps the pins of the lock for what it takes from PyPI.
-VENDOR=${RB_DYNAMICS_VENDOR:-$ROOT/../shared/vendor}
-VENDOR=$(cd "$VENDOR" 2>/dev/null && pwd || printf '%s' "$VENDOR")
 EXTRAS=$VENDOR/install-ros-jazzy-extras.sh
 if [ "$ROS_WHEELS" != jazzy ]; then
   step "ROS tools (launch, ros2 CLI, control_msgs): skipped, the vendored sources are Jazzy's" \
@@ -194,30 +229,8 @@ else
   step "ROS tools: $(tail -n 1 "$LOGS/ros-jazzy-extras.log") ($((SECONDS - extras_start)) s)"
 fi
 
-# ---------------------------------------------------------------- 7. Humble's control_msgs
-# Humble has no wheels; its interfaces differ from Jazzy's where a node could trip (fields added
-# since). control_msgs 4.8.0 (../shared/vendor/ros-humble-control-msgs) is built into a prefix of
-# its own, $VENV/opt/humble, which the Humble tests put first on the paths of the nodes they start.
-HUMBLE_SRC=$VENDOR/ros-humble-control-msgs
-HUMBLE_PREFIX=$VENV/opt/humble
-if [ "$ROS_WHEELS" != jazzy ] || [ ! -d "$HUMBLE_SRC" ]; then
-  step "Humble's control_msgs: skipped (needs the Jazzy venv and $HUMBLE_SRC)"
-else
-  HUMBLE_HASH=$( { echo "$REQ_HASH"; find "$HUMBLE_SRC" -type f | LC_ALL=C sort | xargs cat; } |
-    sha256sum | cut -c1-16)
-  if stamp_ok humble-control-msgs "$HUMBLE_HASH"; then
-    step "Humble's control_msgs: up to date ($HUMBLE_PREFIX)"
-  else
-    step "Humble's control_msgs: colcon build into $HUMBLE_PREFIX (~3-4 min)"
-    rm -rf "$BUILD/humble" "$HUMBLE_PREFIX"
-    run_logged humble-control-msgs env PATH="$VENV/bin:$PATH" AMENT_PREFIX_PATH="$VENV" \
-      CMAKE_PREFIX_PATH="$VENV" colcon --log-base "$BUILD/humble/log" build \
-      --base-paths "$HUMBLE_SRC" --packages-select control_msgs \
-      --build-base "$BUILD/humble/build" --install-base "$HUMBLE_PREFIX" --merge-install \
-      --event-handlers console_direct- \
-      --cmake-args -DBUILD_TESTING=OFF -DPython3_EXECUTABLE="$VPY"
-    stamp_set humble-control-msgs "$HUMBLE_HASH"
-  fi
+if [ -n "$HUMBLE_BUILD" ]; then
+  wait "$HUMBLE_BUILD" || die "Humble's control_msgs: the build failed (log: $LOGS/humble-control-msgs.log)"
 fi
 
 # ---------------------------------------------------------------- what is there

@@ -24,6 +24,17 @@ import pytest  # noqa: E402
 from rb_dynamics.ros.environment import keep_local  # noqa: E402
 
 keep_local(os.environ, override=True)
+# Parallel workers (pytest-xdist, ``make test``) each get their own domain, spread from the one
+# the controlling process drew: two workers starting nodes of the same names on one domain would
+# answer each other's tests.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if _WORKER:
+    _first_domain = int(os.environ.setdefault("RB_DYNAMICS_TEST_DOMAIN",
+                                              os.environ["ROS_DOMAIN_ID"]))
+    _index, _count = int(_WORKER.removeprefix("gw")), int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    os.environ["ROS_DOMAIN_ID"] = str(50 + (_first_domain - 50 + _index * (151 // _count)) % 151)
+else:
+    os.environ["RB_DYNAMICS_TEST_DOMAIN"] = os.environ["ROS_DOMAIN_ID"]
 os.environ.setdefault("ROS_LOG_DIR", tempfile.mkdtemp(prefix="rb_dynamics_ros_log_"))
 # compiled kernels of this session in a fresh cache: every run exercises the compiler, and a
 # developer's own cache is neither used nor filled (the nodes the tests start inherit it)
@@ -52,10 +63,33 @@ def _stop_what_a_test_left_running():
         harness.abandon(harness.left_open_since(before))
 
 
+def _accuracy_measured_here() -> dict:
+    """The worst relative errors against Pinocchio this process measured, {(robot, quantity):
+    error} (empty when test_dynamics_pinocchio did not run here)."""
+    return dict(getattr(sys.modules.get("test_dynamics_pinocchio"), "ACCURACY", None) or {})
+
+
+ACCURACY_FROM_WORKERS: dict = {}  # what parallel workers measured (they send it when done)
+
+
+def pytest_sessionfinish(session) -> None:
+    workeroutput = getattr(session.config, "workeroutput", None)  # on an xdist worker
+    if workeroutput is not None:
+        workeroutput["accuracy"] = [[*key, error] for key, error in
+                                    _accuracy_measured_here().items()]
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: a run without xdist never calls it
+def pytest_testnodedown(node, error) -> None:
+    """(pytest-xdist, in the controlling process) a worker is done: keep its errors."""
+    for robot, quantity, value in getattr(node, "workeroutput", {}).get("accuracy", []):
+        key = (robot, quantity)
+        ACCURACY_FROM_WORKERS[key] = max(ACCURACY_FROM_WORKERS.get(key, 0.0), value)
+
+
 def pytest_terminal_summary(terminalreporter) -> None:
     """The worst relative error against Pinocchio per quantity and model, when measured."""
-    module = sys.modules.get("test_dynamics_pinocchio")
-    accuracy = getattr(module, "ACCURACY", None)
+    accuracy = _accuracy_measured_here() or ACCURACY_FROM_WORKERS
     if not accuracy:
         return
     robots = sorted({robot for robot, _ in accuracy})
@@ -112,9 +146,28 @@ def talks_to_ros(path: str) -> bool:
 
 def pytest_configure(config) -> None:
     config.addinivalue_line("markers", "ros: the test talks to ROS (nodes, DDS, messages)")
+    config.addinivalue_line(
+        "markers", "alone: the test measures a pace against a baseline taken in the same run, "
+        "which assumes the load does not change meanwhile: make test runs these after the "
+        "others, with no other test beside them")
+
+
+# The modules whose tests run longest (closed loops of simulated seconds, cold builds of large
+# kernels), longest first: ``make test`` hands whole modules to its workers in collection order
+# (``--dist loadfile --no-loadscope-reorder``), and a long module started last would leave one
+# worker running alone at the end.
+LONGEST_FIRST = (
+    "test_payload_closed_loop", "test_hardening", "test_identification_cli",
+    "test_identification_mujoco", "test_jtc_parity",
+    "test_trajectory_controller_cli", "test_cartesian_ros", "test_drives", "test_dynamics_physics",
+    "test_constraints_ros", "test_main_job", "test_drives_mujoco", "test_trajectory_action",
+    "test_contact_ros", "test_stop_command_sim",
+)
 
 
 def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         if talks_to_ros(str(item.path)):
             item.add_marker(pytest.mark.ros)
+    rank = {name: k for k, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))  # (stable: others keep order)

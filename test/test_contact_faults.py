@@ -257,6 +257,7 @@ class ClockAndStates:
             self.step()
 
 
+@pytest.mark.alone  # against a baseline of this run: no other test beside it
 def test_sim_time_going_back_is_said_and_the_loop_goes_on_from_it(tmp_path):
     """Sim time jumps back by 5 s while a ~/joint_trajectory reference moves the arm (a
     simulator reset): the node logs it once and says it on /diagnostics; commands, rate

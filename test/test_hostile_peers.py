@@ -8,6 +8,7 @@ import contextlib
 import time
 
 import numpy as np
+import pytest
 from lifecycle_msgs.msg import Transition
 from lifecycle_msgs.srv import ChangeState, GetState
 from ros_harness import control_node, fresh_name, refused_start, simulator
@@ -89,6 +90,7 @@ def _message_seconds(goal) -> float:
     return best
 
 
+@pytest.mark.alone  # against a baseline of this run: no other test beside it
 def test_long_name_lists_are_refused_at_once_and_named_briefly(tmp_path):
     """26.4 and 26.10: a goal naming ``elbow_joint`` 20,000 times held the node's executor for
     21 s (a quadratic check for repeated names), and 100,000 unknown names came back whole in a
@@ -133,6 +135,7 @@ def test_long_name_lists_are_refused_at_once_and_named_briefly(tmp_path):
     assert max(len(line) for line in log.splitlines()) < 2000, "a log line echoes the list"
 
 
+@pytest.mark.alone  # against a baseline of this run: no other test beside it
 def test_a_joint_commands_message_with_thousands_of_names_is_refused_at_once(tmp_path):
     """The simulator's command decoding counted repeated names quadratically."""
     sim = simulator(tmp_path, {"urdf_path": str(DEFAULT_URDF), "publish_rate": 200.0})

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 from control_msgs.action import FollowJointTrajectory
 from large_message_sender import ramp_trajectory
 from rclpy.serialization import deserialize_message, serialize_message
@@ -104,6 +105,7 @@ def test_the_nodes_collector_makes_no_full_pass_while_rclpy_builds_a_large_goal(
     assert passes and 2 not in passes, passes.count(2)
 
 
+@pytest.mark.alone  # against a baseline of this run: no other test beside it
 def test_large_trajectories_leave_the_loop_at_its_pace(tmp_path):
     node = control_node(tmp_path, {"urdf_path": str(DEFAULT_URDF), "mode": "computed_torque"},
                         name=fresh_name("rb_dynamics_pace"))

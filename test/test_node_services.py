@@ -167,6 +167,7 @@ def test_a_bad_urdf_is_reported_and_the_node_keeps_running(tmp_path):
         node.close()
 
 
+@pytest.mark.alone  # against a baseline of this run: no other test beside it
 def test_the_control_loop_keeps_answering_during_a_long_simulate_call(running):
     """The control loop runs on its own thread: a ~/simulate call lasting seconds on the
     services' thread does not hold back the efforts the arm is waiting for."""

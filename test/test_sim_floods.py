@@ -30,6 +30,7 @@ FLOODS = {"commands": ("/rb_simulator/commands", "efforts:6"),
           "wrench": ("/rb_simulator/external_wrench", "wrench:wrist_3_link")}
 
 
+@pytest.mark.alone  # against a baseline of this run: no other test beside it
 @pytest.mark.parametrize("lockstep", [False, True], ids=["free-running", "lock-step"])
 @pytest.mark.parametrize("flooded", list(FLOODS))
 def test_a_flood_costs_the_simulator_little_beyond_the_flooding_process(tmp_path, flooded,
