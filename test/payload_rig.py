@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import time
 from pathlib import Path
 
 import numpy as np
@@ -133,13 +132,7 @@ class ClosedLoop:
     def run_for(self, seconds: float, stall: float = 20.0) -> None:
         """Let ``seconds`` of simulated time pass, however slowly this machine runs the loop;
         fails when simulated time stops (no progress for ``stall`` s of wall time)."""
-        until = self.now + seconds
-        progress, moved = self.now, time.monotonic()
-        while self.now < until:
-            if self.now > progress:
-                progress, moved = self.now, time.monotonic()
-            assert time.monotonic() - moved < stall, "the closed loop stalled:\n" + self.logs()
-            self.peer.executor.spin_once(timeout_sec=0.01)
+        self.peer.run_sim_time(lambda: self.now, seconds, stall, self.logs)
 
     def mean_position(self, seconds: float) -> np.ndarray:
         """Mean measured position (actuated joints) over the last ``seconds``."""

@@ -80,6 +80,7 @@ def fresh_name(base: str) -> str:
 
 
 IN_FLIGHT_S = 0.1  # answers to messages sent this long before are taken to have arrived
+RESEND_S = 5.0  # a service request unanswered this long is sent again (Peer.call)
 
 
 def answer_after(peer: Peer, send: Callable[[], None], answers: list, timeout: float = 5.0):
@@ -127,15 +128,22 @@ class NodeProcess:
         return Path(self.log.name).read_text(errors="replace")
 
     def stop(self, timeout: float = 5.0, sig: int = signal.SIGINT) -> float:
-        """``sig``, wait; SIGKILL if it hangs. Returns the seconds the shutdown took."""
+        """``sig``, wait; if it hangs, SIGUSR1 (a node of this package prints its threads'
+        stacks) and SIGKILL. Returns the seconds the shutdown took."""
         start = time.monotonic()
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+                took = time.monotonic() - start
+                self.proc.send_signal(signal.SIGUSR1)  # a node prints its threads' stacks
+                try:
+                    self.proc.wait(0.5)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait()
+                return took
         return time.monotonic() - start
 
 
@@ -158,6 +166,19 @@ class Peer:
                 return True
             self.executor.spin_once(timeout_sec=0.02)
         return condition()
+
+    def run_sim_time(self, now: Callable[[], float], seconds: float, stall: float = 60.0,
+                     logs: Callable[[], str] = str) -> None:
+        """Spin until ``seconds`` of simulated time have passed (``now()``: the newest
+        simulated instant seen), however slowly this machine runs the loop; fails (with
+        ``logs()``) when simulated time makes no progress for ``stall`` s of wall time."""
+        until = now() + seconds
+        progress, moved = now(), time.monotonic()
+        while now() < until:
+            if now() > progress:
+                progress, moved = now(), time.monotonic()
+            assert time.monotonic() - moved < stall, "the loop stalled:\n" + logs()
+            self.executor.spin_once(timeout_sec=0.01)
 
     def spin_for(self, seconds: float) -> None:
         """Spin for ``seconds``, handling whatever arrives."""
@@ -188,20 +209,22 @@ class Peer:
             self.wait_for(lambda: time.monotonic() > discovery, 0.3)
 
     def call(self, client, request, timeout: float = 10.0):
-        """Call and wait for the answer (``ready`` first); a call unanswered for a while is
-        sent once more (every service here is a pure function of its request)."""
+        """Call and wait for the answer (``ready`` first). A request unanswered for
+        ``RESEND_S`` is sent again until ``timeout``, and any answer counts: a response the
+        server sends before its writer has matched this client's reader is lost, and under
+        load that match can take seconds (every service here is a pure function of its
+        request)."""
         self.ready(client, timeout)
         deadline = time.monotonic() + timeout
-        future = client.call_async(request)
-        self.wait_for(future.done, min(timeout / 2, 5.0))
-        if not future.done():  # a slow answer to the first request still counts
-            futures = (future, client.call_async(request))
-            self.wait_for(lambda: any(f.done() for f in futures),
-                          max(deadline - time.monotonic(), 0.0))
-            future = next((f for f in futures if f.done()), future)
-        if not future.done():
-            raise TimeoutError(f"service {client.srv_name} did not answer")
-        return future.result()
+        futures = [client.call_async(request)]
+        while True:
+            left = deadline - time.monotonic()
+            if self.wait_for(lambda: any(f.done() for f in futures), min(RESEND_S, left)):
+                return next(f for f in futures if f.done()).result()
+            if left <= RESEND_S:
+                raise TimeoutError(f"service {client.srv_name} did not answer "
+                                   f"{len(futures)} requests in {timeout:.0f} s")
+            futures.append(client.call_async(request))
 
     def close(self) -> None:
         self.users -= 1
@@ -324,7 +347,10 @@ class Session:
         return self._clients[service]
 
     def call(self, srv_type: Any, service: str, request: Any, timeout: float = 15.0) -> Any:
-        return self.peer.call(self.client(srv_type, service), request, timeout)
+        try:
+            return self.peer.call(self.client(srv_type, service), request, timeout)
+        except TimeoutError as error:
+            raise TimeoutError(f"{error}\n{self.output()}") from None
 
     def call_async(self, srv_type: Any, service: str, request: Any,
                    timeout: float = 15.0) -> Any:
@@ -384,10 +410,17 @@ class Session:
         """
         commands = self.commands
         if not self.wait_for(lambda: self.matched(self.commands_topic), timeout):
+            print(f"command_after: no command writer matched in {timeout} s")
             return None
         answer = answer_after(self.peer, lambda: self.send_state(names, q, v, stamp_ns),
                               commands, timeout)
-        return None if answer is None else np.array(answer[1].data)
+        if answer is None:  # say whether the states had a reader (discovery) or not (the node)
+            states = self.publisher(JointState, self.states_topic, self.state_qos)
+            print(f"command_after: no answer in {timeout} s; the state writer matched "
+                  f"{states.get_subscription_count()} reader(s); commands heard so far: "
+                  f"{len(commands)}")
+            return None
+        return np.array(answer[1].data)
 
     def stream_states(self, names, q, period: float = 0.002) -> Stream:
         return Stream(self, names, q, period)
