@@ -26,14 +26,30 @@ Q_GOAL = np.array([0.2, -1.0, 1.1, -0.3, 0.4, 0.5])
 Q = np.array([0.1, -1.2, 1.0, -0.5, 0.3, 0.2])
 
 
-@pytest.fixture()
-def rig(tmp_path):
+STALE_AFTER = 0.5  # s: state_timeout where a test checks what a stale state stream does
+
+
+def _rig(tmp_path, state_timeout: float):
     # set-points far from the measured state (jumps the node refuses as infeasible by default)
     session = control_node(tmp_path, {"urdf_path": str(UR5), "kp": [100.0], "kd": [20.0],
-                                      "state_timeout": 0.5,
+                                      "state_timeout": state_timeout,
                                       "refuse_infeasible_trajectories": False})
     yield session
     session.close()
+
+
+@pytest.fixture()
+def rig(tmp_path):
+    """The node, with the test process as its only state source, sending states one at a
+    time: a state_timeout a busy test process cannot outlast between two of its calls (a
+    timeout drops the reference, and the test would wait for a command that never comes)."""
+    yield from _rig(tmp_path, 5.0)
+
+
+@pytest.fixture()
+def stale_rig(tmp_path):
+    """The node with a short state_timeout (``STALE_AFTER``), for tests of staleness."""
+    yield from _rig(tmp_path, STALE_AFTER)
 
 
 def toward(goal: np.ndarray, q: np.ndarray, kp=100.0) -> np.ndarray:
@@ -107,7 +123,8 @@ def test_a_state_stamped_before_the_set_point_arrived_is_answered_toward_it(rig)
     assert rig.process.proc.poll() is None
 
 
-def test_bad_states_publish_nothing_and_are_reported(rig):
+def test_bad_states_publish_nothing_and_are_reported(stale_rig):
+    rig = stale_rig
     commands = rig.commands
     assert rig.command_after(JOINTS, np.zeros(6)) is not None, rig.output()
     count = rig.settle(commands)  # answers to states still in flight
@@ -117,7 +134,7 @@ def test_bad_states_publish_nothing_and_are_reported(rig):
                                             (JOINTS, np.zeros(5)))):
         rig.send_state(names, positions)
         assert rig.wait_for_log("; not publishing", 5.0, count=k + 1), rig.output()
-    rig.wait_for(lambda: False, 0.7)  # state_timeout is 0.5 s
+    rig.wait_for(lambda: False, STALE_AFTER + 0.2)
     assert only_the_stop_command(commands[count:], np.zeros(6))
     assert all(np.all(np.isfinite(c.data)) for _, c in commands)
     log = rig.output()
@@ -168,6 +185,7 @@ def test_hostile_states_and_trajectories_never_move_the_command(rig):
     # the set-point still stands: the command is computed torque toward Q_GOAL
     tau = rig.command_after(JOINTS, Q, np.zeros(6))
     assert rel_err(tau, toward(Q_GOAL, Q)) <= 1e-9, (tau, rig.output())
+    assert rig.set_parameters(state_timeout=STALE_AFTER).successful  # staleness from here on
     count = rig.settle(commands)
     bad_states = [
         JointState(name=JOINTS[:5] + JOINTS[:1], position=[0.0] * 6),
@@ -179,7 +197,7 @@ def test_hostile_states_and_trajectories_never_move_the_command(rig):
     for k, msg in enumerate(bad_states + [stamped]):  # one at a time: of a queue only the
         rig.publish_state(msg)                        # newest is handled
         assert rig.wait_for_log("; not publishing", 5.0, count=k + 1), rig.output()
-    rig.wait_for(lambda: False, 0.7)
+    rig.wait_for(lambda: False, STALE_AFTER + 0.2)
     assert only_the_stop_command(commands[count:], Q, toward(Q_GOAL, Q)), \
         "a command was published for a bad state"
 
@@ -200,9 +218,10 @@ def test_hostile_states_and_trajectories_never_move_the_command(rig):
     assert rig.process.proc.poll() is None
 
 
-def test_positions_only_states_are_refused_with_the_reason_on_diagnostics(rig):
+def test_positions_only_states_are_refused_with_the_reason_on_diagnostics(stale_rig):
     """A driver that publishes no velocities: no command (the code this was written against
     took q̇ = 0 and published), the reason on /diagnostics and in the log."""
+    rig = stale_rig
     commands = rig.commands
     rig.statuses()  # subscribed from here on
     assert rig.command_after(JOINTS, Q) is not None, rig.output()
@@ -213,7 +232,7 @@ def test_positions_only_states_are_refused_with_the_reason_on_diagnostics(rig):
     assert rig.wait_for(lambda: any("no velocities" in kv.value for _, s in rig.statuses()
                                     for kv in s.values), 5.0), \
         [s.values for _, s in rig.statuses()]
-    rig.wait_for(lambda: False, 0.7)
+    rig.wait_for(lambda: False, STALE_AFTER + 0.2)
     assert only_the_stop_command(commands[count:], Q), "a command was published"
     assert "missing_velocity: differentiate" in rig.output()
 
@@ -251,7 +270,8 @@ def test_velocity_from_positions_follows_a_ramp(rig):
     assert rel_err(tau, still) > 1e-3  # the velocity terms do count here
 
 
-def test_stale_state_is_reported_on_diagnostics(rig):
+def test_stale_state_is_reported_on_diagnostics(stale_rig):
+    rig = stale_rig
     rig.statuses()  # subscribed from here on
     assert rig.command_after(JOINTS, np.zeros(6)) is not None, rig.output()
 

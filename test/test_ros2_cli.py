@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import ros_tools
 import yaml
+from rcl_interfaces.srv import ListParameters
 from ros_harness import Session
 
 from rb_dynamics import DEFAULT_URDF
@@ -49,9 +50,17 @@ def no_daemon_left():
 
 def _start(directory: Path, name: str, params_file: Path | None = None, *extra: str
            ) -> Session:
-    """The node under its own name (the CLI calls it so)."""
+    """The node under its own name (the CLI calls it so), once it answers parameter requests
+    (seen from the test's own peer: a CLI that then cannot find it is told apart from a node
+    that never came up)."""
     args = extra if params_file is not None else ("-p", f"urdf_path:={DEFAULT_URDF}", *extra)
-    return Session(NODES[name], directory, params_file, *args)
+    session = Session(NODES[name], directory, params_file, *args)
+    try:
+        session.peer.ready(session.client(ListParameters, "~/list_parameters"), 60.0)
+    except TimeoutError as error:
+        session.close()
+        raise AssertionError(f"{error}\n{session.output()}") from None
+    return session
 
 
 def _param(verb: str, node: str, *args: str) -> ros_tools.Result:
@@ -84,9 +93,9 @@ def test_param_set_then_get_as_in_the_readme(tmp_path):
         node.close()
 
 
-def _dump(name: str) -> dict:
+def _dump(name: str, node: Session) -> dict:
     result = _param("dump", name)
-    assert result.returncode == 0, str(result)
+    assert result.returncode == 0, f"{result}\n{node.output()}"
     dumped = yaml.safe_load(result.stdout)
     assert list(dumped) == [f"/{name}"], str(result)
     return dumped[f"/{name}"]["ros__parameters"]
@@ -106,7 +115,7 @@ def test_param_dump_starts_an_identical_node(tmp_path, name, start, changes):
         for parameter, value in changes.items():
             result = _param("set", name, parameter, value)
             assert "Set parameter successful" in result.stdout, f"{result}\n{first.output()}"
-        dumped = _dump(name)
+        dumped = _dump(name, first)
     finally:
         first.close()
     assert dumped, "ros2 param dump gave no parameters"
@@ -117,6 +126,6 @@ def test_param_dump_starts_an_identical_node(tmp_path, name, start, changes):
     params_file.write_text(yaml.safe_dump({f"/{name}": {"ros__parameters": dumped}}))
     second = _start(tmp_path, name, params_file)
     try:
-        assert _dump(name) == dumped, second.output()
+        assert _dump(name, second) == dumped, second.output()
     finally:
         second.close()
