@@ -126,12 +126,20 @@ def take_queued(subscription: Subscription, limit: int = 1000) -> Iterator[Any]:
     Taken directly: a take costs far less than an executor pass, so a callback that wants only
     the newest message (or all of them at once) drains the queue itself.
     """
+    for msg, _info in take_queued_with_info(subscription, limit):
+        yield msg
+
+
+def take_queued_with_info(subscription: Subscription, limit: int = 1000
+                          ) -> Iterator[tuple[Any, dict]]:
+    """``take_queued``, each message with rclpy's message info (``source_timestamp``,
+    ``received_timestamp``, ``publication_sequence_number``, ... as the distribution has)."""
     for _ in range(limit):
         with subscription.handle:
             taken = subscription.handle.take_message(subscription.msg_type, subscription.raw)
         if taken is None:
             return
-        yield taken[0]
+        yield taken
 
 
 def companion_node(node: Node, suffix: str, topics: tuple[str, ...] = ()) -> Node:

@@ -11,7 +11,9 @@ A wrench acts from the next step on, as the joint efforts Jᵀ(q) F at every ste
 (``simulation.Simulator.set_external_wrench``). The topic is read at the steps, the newest
 message only (its reader keeps one, on a companion node no executor waits on): a flood costs
 one take per step, not an executor pass per message, and a message superseded before the next
-step never acts. It acts until the next message or, with
+step never acts. A publisher faster than ``external_wrench_max_rate`` is not listened to for a
+while (``ros.flood_guard``: the middleware would still carry its every message), said in a
+warning; the wrench acting stays meanwhile. It acts until the next message or, with
 ``external_wrench_timeout`` > 0, that many simulated seconds after its message (a hand that lets
 go when its messages stop); a zero wrench, or an empty frame_id, removes it. A message naming an
 unknown link, a link welded to the world or a value that is not finite is refused with a warning
@@ -29,17 +31,19 @@ from rclpy.node import Node
 from sensor_msgs.msg import JointState
 
 from rb_dynamics.ros.conversions import JointLayout
-from rb_dynamics.ros.runtime import ThrottledLogger, not_spun, polled_node, take_queued
+from rb_dynamics.ros.flood_guard import FloodGuard
+from rb_dynamics.ros.runtime import ThrottledLogger, polled_node
 from rb_dynamics.simulation import Simulator
 
 __all__ = ["ExternalWrench"]
 
 
 class ExternalWrench:
-    """The topic, the timeout and the true efforts of ``node``'s simulator ``sim``."""
+    """The topic, the timeout and the true efforts of ``node``'s simulator ``sim``; at most
+    ``max_rate`` messages/s are listened to (0: any rate)."""
 
     def __init__(self, node: Node, sim: Simulator, layout: JointLayout, joints: list[str],
-                 timeout: float, warn: ThrottledLogger) -> None:
+                 timeout: float, warn: ThrottledLogger, max_rate: float = 0.0) -> None:
         self.node, self.sim, self.layout, self.warn = node, sim, layout, warn
         self.timeout = timeout  # simulated s; 0: until the next message
         self.since = -math.inf  # simulated time of the wrench's message
@@ -47,19 +51,19 @@ class ExternalWrench:
         self.truth = JointState(name=list(joints))  # reused
         self.truth_pub = node.create_publisher(JointState, "~/true_external_efforts", 100)
         self.inbox: Node | None = polled_node(node, "wrench")
-        self.subscription = self.inbox.create_subscription(
-            WrenchStamped, node.resolve_topic_name("~/external_wrench"), not_spun, 1)
+        self.input = FloodGuard(self.inbox, WrenchStamped,
+                                node.resolve_topic_name("~/external_wrench"), max_rate, warn,
+                                "external_wrench_max_rate")
 
     def close(self) -> None:
         if self.inbox is not None:
+            self.input.close()
             self.inbox.destroy_node()
             self.inbox = None
 
     def take(self) -> None:
         """Before the steps: the newest message since the last steps, if any, applies."""
-        newest = None
-        for msg in take_queued(self.subscription, 2):  # (a second take empties the queue)
-            newest = msg
+        newest = self.input.take_newest()
         if newest is not None:
             self._apply(newest)
 

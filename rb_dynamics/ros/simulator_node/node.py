@@ -140,7 +140,8 @@ class SimulatorNode(Node):
         self.inputs = CommandInputs(self, self.layout, self.joints, self.sim, self.warn,
                                     self._step_on_command if self.lockstep else None)
         self.external = ExternalWrench(self, self.sim, self.joint_layout, self.joints,
-                                       settings["external_wrench_timeout"], self.warn)
+                                       settings["external_wrench_timeout"], self.warn,
+                                       settings["external_wrench_max_rate"])
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self._log_start()
 
