@@ -11,6 +11,7 @@ import selectors
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -298,12 +299,35 @@ def stalling_server(tmp_path):
     proc = subprocess.Popen([sys.executable, str(script), action], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:
-        assert proc.stdout.readline().strip() == "ready"
+        assert _line(proc) == "ready"
         yield proc, action
     finally:
         if proc.poll() is None:
             proc.kill()
         proc.wait(timeout=30)
+
+
+def _line(proc: subprocess.Popen, wait: float = 120.0,
+          other: subprocess.Popen | None = None) -> str:
+    """The next line ``proc`` prints, within ``wait`` s; else fails, with what ``other`` (the
+    sender) printed if it has ended (a line never printed must not hang the suite)."""
+    read: list[str] = []
+    reader = threading.Thread(target=lambda: read.append(proc.stdout.readline()), daemon=True)
+    reader.start()
+    reader.join(wait)
+    if read:
+        return read[0].strip()
+    said = ""
+    if other is not None and other.poll() is not None:
+        said = "".join(other.communicate())
+    raise AssertionError(f"no line from the server in {wait:g} s; the sender: "
+                         f"{said or 'still running'}")
+
+
+# --timeout of a sender whose server goes silent: the time the test waits for the silence to
+# be told, and also the time the sender waits for the server to appear (a fresh process's
+# discovery, which a busy machine can stretch past a few seconds)
+SILENCE_S = 10.0
 
 
 def _sender(goal: Path, action: str, timeout: float) -> subprocess.Popen:
@@ -317,9 +341,9 @@ def test_send_gives_up_on_a_server_that_dies_mid_goal(tmp_path, stalling_server)
     --timeout s, the command ends (exit 4) naming the cause; it never waits forever."""
     server, action = stalling_server
     goal = _goal_file(tmp_path / "goal.yaml", 20)  # 1 s
-    sender = _sender(goal, action, 3.0)
+    sender = _sender(goal, action, SILENCE_S)
     try:
-        assert server.stdout.readline().strip() == "executing"
+        assert _line(server, other=sender) == "executing"
         sent = time.monotonic()
         server.kill()
         server.wait(timeout=30)
@@ -329,9 +353,9 @@ def test_send_gives_up_on_a_server_that_dies_mid_goal(tmp_path, stalling_server)
         if sender.poll() is None:
             sender.kill()
     assert sender.returncode == 4, stdout + stderr
-    assert (f"neither feedback nor a result from {action} for 3 s (--timeout) during the goal "
-            "of 1.0 s: the server stopped answering") in stdout
-    assert waited >= 3.0 and "Traceback" not in stderr
+    assert (f"neither feedback nor a result from {action} for {SILENCE_S:g} s (--timeout) "
+            "during the goal of 1.0 s: the server stopped answering") in stdout
+    assert waited >= SILENCE_S and "Traceback" not in stderr
 
 
 def test_send_interrupted_cancels_the_goal_and_exits(tmp_path, stalling_server):
@@ -339,7 +363,7 @@ def test_send_interrupted_cancels_the_goal_and_exits(tmp_path, stalling_server):
     goal = _goal_file(tmp_path / "goal.yaml", 2000)  # 100 s
     sender = _sender(goal, action, 60.0)
     try:
-        assert server.stdout.readline().strip() == "executing"
+        assert _line(server, other=sender) == "executing"
         sender.send_signal(signal.SIGINT)
         stdout, stderr = sender.communicate(timeout=60)
     finally:
@@ -347,7 +371,7 @@ def test_send_interrupted_cancels_the_goal_and_exits(tmp_path, stalling_server):
             sender.kill()
     assert sender.returncode == 4, stdout + stderr
     assert "interrupted; the goal was cancelled" in stdout and "Traceback" not in stderr
-    assert server.stdout.readline().strip() == "cancelled"
+    assert _line(server) == "cancelled"
 
 
 def test_record_reports_the_states_it_lost(tmp_path):
