@@ -119,7 +119,25 @@ def _spawn(module: str, params: dict, extra: list[str], log_dir: Path) -> subpro
 STACKS_S = 0.5  # for a node that did not stop to print its threads' stacks before SIGKILL
 
 
-def _stop(proc: subprocess.Popen, timeout: float = 5.0) -> str:
+def _thread_states(pid: int) -> str:
+    """Each thread of ``pid``: its name, its scheduler state (R, S, D: uninterruptible, Z...)
+    and the kernel function it waits in, from /proc (what keeps a process from ending when
+    its own code has asked to exit)."""
+    lines = []
+    for task in sorted(Path(f"/proc/{pid}/task").glob("*")):
+        try:
+            name = (task / "comm").read_text().strip()
+            state = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            wchan = (task / "wchan").read_text().strip()
+        except OSError:
+            continue
+        lines.append(f"thread {task.name} {name!r}: state {state}, waiting in {wchan or '-'}")
+    return "\n".join(lines) or "no threads left (the process is ending)"
+
+
+def _stop(proc: subprocess.Popen, diagnosis: Path, timeout: float = 5.0) -> str:
+    """SIGINT, and how the process ended: stopped, or killed after ``timeout`` s (then the
+    state of its threads is written to ``diagnosis``)."""
     if proc.poll() is not None:
         return f"exited {proc.returncode}"
     proc.send_signal(signal.SIGINT)
@@ -127,6 +145,7 @@ def _stop(proc: subprocess.Popen, timeout: float = 5.0) -> str:
         proc.wait(timeout)
         return "stopped"
     except subprocess.TimeoutExpired:
+        diagnosis.write_text(f"{timeout:g} s after SIGINT:\n{_thread_states(proc.pid)}\n")
         proc.send_signal(signal.SIGUSR1)  # the node prints its threads' stacks to its log
         try:
             proc.wait(STACKS_S)
@@ -165,9 +184,11 @@ def _start_nodes(urdf: Path, plan: Plan, mode: str, lockstep: bool,
         "urdf_path": str(urdf), "initial_positions": plan.q0.tolist(), "publish_rate": 1000.0,
         "time_step": 0.001, "integrator": "semi_implicit_euler", "publish_clock": True,
         "command_timeout": 0.2, "start_paused": True, "lockstep": lockstep,
-        # the job measures tracking: on a busy machine the simulator waits for the controller
-        # rather than stepping the arm limp after the default half second without commands
-        "lockstep_timeout": 5.0}, [], log_dir)
+        # the job measures tracking: the simulator waits for the controller rather than
+        # stepping the arm limp after the default half second without commands, as long as the
+        # job waits for states (a busy machine held a controller building its kernels for over
+        # 5 s: the arm fell meanwhile, and the hold from where it fell never recovered)
+        "lockstep_timeout": STALL_S}, [], log_dir)
     # The demo measures how exactly the law follows a fast reference. The node's soft limits
     # (ros2_control's effort-interface limiter, on by default where the URDF has a
     # <safety_controller>, as panda's has) bound the effort pushing a joint along its motion to
@@ -349,7 +370,10 @@ def run(urdf: Path, duration: float, mode: str, out_dir: Path, quiet: bool = Fal
         observer.hold_then_start(duration)
         observer.follow(duration, processes, log_dir, quiet)
     finally:
-        report["shutdown"] = {name: _stop(proc) for name, proc in processes.items()}
+        # the controller first, as on an arm (its stop command reaches a simulator that runs)
+        report["shutdown"] = {
+            name: _stop(processes[name], log_dir / f"{name.replace(' ', '_')}_stop.log")
+            for name in ("control node", "simulator")}
         report["logs"] = str(log_dir)
         observer.close()
         rclpy.shutdown()
