@@ -148,8 +148,9 @@ def pytest_configure(config) -> None:
     config.addinivalue_line("markers", "ros: the test talks to ROS (nodes, DDS, messages)")
     config.addinivalue_line(
         "markers", "alone: the test measures a pace against a baseline taken in the same run, "
-        "which assumes the load does not change meanwhile: make test runs these after the "
-        "others, with no other test beside them")
+        "which assumes the load does not change meanwhile, or bounds a latency that the other "
+        "tests' closed loops beside it would stretch: make test runs these after the others, "
+        "with no other test beside them")
 
 
 # The modules whose tests run longest (closed loops of simulated seconds, cold builds of large

@@ -44,6 +44,7 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
 
 from rb_dynamics.ros.environment import keep_local
+from rb_dynamics.ros.runtime import thread_states
 
 keep_local(os.environ)  # conftest has set them for pytest; this is for other users of the harness
 os.environ.setdefault("ROS_LOG_DIR", tempfile.mkdtemp(prefix="rb_dynamics_ros_log_"))
@@ -57,6 +58,7 @@ def write_params(directory: Path, node_name: str, params: dict) -> Path:
 
 
 STOP_LIMIT_S = 2.0  # the README promises a stop within 2 s of SIGINT/SIGTERM
+SLOW_STOP_S = 1.5  # a node not gone this long after the signal has its threads' states taken
 # how robot_state_publisher offers /robot_description: the last one, to late joiners too
 LATCHED = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL,
                      reliability=ReliabilityPolicy.RELIABLE)
@@ -131,10 +133,15 @@ class NodeProcess:
         """``sig``, wait; if it hangs, SIGUSR1 (a node of this package prints its threads'
         stacks) and SIGKILL. Returns the seconds the shutdown took."""
         start = time.monotonic()
+        self.threads_when_slow = ""
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
             try:
-                self.proc.wait(timeout)
+                try:
+                    self.proc.wait(SLOW_STOP_S)
+                except subprocess.TimeoutExpired:  # what its threads are doing, for the report
+                    self.threads_when_slow = thread_states(self.proc.pid)
+                    self.proc.wait(max(timeout - SLOW_STOP_S, 0.0))
             except subprocess.TimeoutExpired:
                 took = time.monotonic() - start
                 self.proc.send_signal(signal.SIGUSR1)  # a node prints its threads' stacks
@@ -446,7 +453,9 @@ class Session:
         code 0."""
         self._release()  # (closing twice is a mistake of the test: ValueError)
         seconds = self.process.stop(sig=sig)
-        assert seconds < STOP_LIMIT_S, f"took {seconds:.2f} s to stop\n{self.output()}"
+        assert seconds < STOP_LIMIT_S, (f"took {seconds:.2f} s to stop; {SLOW_STOP_S} s after "
+                                        f"the signal its threads were:\n"
+                                        f"{self.process.threads_when_slow}\n{self.output()}")
         assert self.process.proc.returncode == 0, self.output()
         return seconds
 

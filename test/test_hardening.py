@@ -277,6 +277,7 @@ def test_sigint_during_a_long_roll_out_stops_within_2_s(tmp_path):
     print(f"\nSIGINT during a 100 s roll-out: stopped in {took:.2f} s")
 
 
+@pytest.mark.alone  # a wall-clock bound: with another suite beside it, 0.72 s once
 def test_sigint_ends_an_idle_nodes_wait_at_once(tmp_path):
     """A control node with nothing to do (no joint states) waits in its executor for up to a
     second at a time. The code this was written against asked the executor to wake

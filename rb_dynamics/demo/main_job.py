@@ -119,22 +119,6 @@ def _spawn(module: str, params: dict, extra: list[str], log_dir: Path) -> subpro
 STACKS_S = 0.5  # for a node that did not stop to print its threads' stacks before SIGKILL
 
 
-def _thread_states(pid: int) -> str:
-    """Each thread of ``pid``: its name, its scheduler state (R, S, D: uninterruptible, Z...)
-    and the kernel function it waits in, from /proc (what keeps a process from ending when
-    its own code has asked to exit)."""
-    lines = []
-    for task in sorted(Path(f"/proc/{pid}/task").glob("*")):
-        try:
-            name = (task / "comm").read_text().strip()
-            state = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
-            wchan = (task / "wchan").read_text().strip()
-        except OSError:
-            continue
-        lines.append(f"thread {task.name} {name!r}: state {state}, waiting in {wchan or '-'}")
-    return "\n".join(lines) or "no threads left (the process is ending)"
-
-
 def _stop(proc: subprocess.Popen, diagnosis: Path, timeout: float = 5.0) -> str:
     """SIGINT, and how the process ended: stopped, or killed after ``timeout`` s (then the
     state of its threads is written to ``diagnosis``)."""
@@ -145,7 +129,9 @@ def _stop(proc: subprocess.Popen, diagnosis: Path, timeout: float = 5.0) -> str:
         proc.wait(timeout)
         return "stopped"
     except subprocess.TimeoutExpired:
-        diagnosis.write_text(f"{timeout:g} s after SIGINT:\n{_thread_states(proc.pid)}\n")
+        from rb_dynamics.ros.runtime import thread_states
+
+        diagnosis.write_text(f"{timeout:g} s after SIGINT:\n{thread_states(proc.pid)}\n")
         proc.send_signal(signal.SIGUSR1)  # the node prints its threads' stacks to its log
         try:
             proc.wait(STACKS_S)

@@ -34,6 +34,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import rclpy
@@ -358,6 +359,22 @@ def _watch_signals(fd: int, on_stop: Callable[[], None]) -> None:
             return
         if any(number in STOP_SIGNALS for number in numbers):
             on_stop()
+
+
+def thread_states(pid: int) -> str:
+    """Each thread of ``pid``: its name, its scheduler state (R, S, D: uninterruptible, Z...)
+    and the kernel function it waits in, from /proc (what keeps a process from ending when
+    its own code has asked to exit)."""
+    lines = []
+    for task in sorted(Path(f"/proc/{pid}/task").glob("*")):
+        try:
+            name = (task / "comm").read_text().strip()
+            state = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            wchan = (task / "wchan").read_text().strip()
+        except OSError:
+            continue
+        lines.append(f"thread {task.name} {name!r}: state {state}, waiting in {wchan or '-'}")
+    return "\n".join(lines) or "no threads left (the process is ending)"
 
 
 def _exit_now(code: int) -> None:
