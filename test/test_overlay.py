@@ -158,9 +158,11 @@ def test_numbers_yaml_1_1_reads_as_strings_are_read_as_numbers():
 
 
 def test_an_overlay_is_checked_against_the_robot_and_the_command_it_changes():
-    """Friction beyond the effort limit and an armature beyond 1e3 × the subtree's inertia are
-    refused naming the joint and the bound; plausible values are not; a swap that would move a
-    command by more than half its effort limit is named."""
+    """Friction beyond the effort limit and an armature beyond 1e3 × the largest inertia of M
+    are refused naming the joint and the bound; plausible values are not, also an armature a
+    thousandfold of a light wrist's own links (a geared motor on the bundled arm's last wrist,
+    which moves 8.5e-6 kg·m²); a swap that would move a command by more than half its effort
+    limit is named."""
     from rb_dynamics.control import command_step_problem, overlay_problem
 
     model = load_model(DEFAULT_URDF)
@@ -174,9 +176,11 @@ def test_an_overlay_is_checked_against_the_robot_and_the_command_it_changes():
         "viscous 0.5 × the velocity limit 3.15) is beyond its effort limit 150")
     assert "beyond its effort limit" in problem("{coulomb: 100, viscous: 20}")  # 163 at 3.15
     assert problem("{armature: 1e9}") == (
-        "joint 'shoulder_pan_joint': armature 1e+09 is beyond 1000 × the largest inertia its "
-        "subtree gives M at q = 0 (3.803): 3803.14 at most")
+        "joint 'shoulder_pan_joint': armature 1e+09 is beyond 1000 × the largest inertia of "
+        "M at q = 0 (3.803): 3803.14 at most")
     assert problem("{coulomb: 5.0, viscous: 2.0, stribeck: 1.0, armature: 0.5}") is None
+    wrist = read_overlay(_text("{armature: 0.1}").replace("shoulder_pan_joint", "wrist_3_joint"))
+    assert overlay_problem(model, apply_overlay(model, wrist), wrist) is None
     controller = JointController(model, mode="computed_torque", kp=100.0, kd=20.0)
     q = np.array([0.3, -1.0, 1.2, -0.6, 0.4, 0.2])
     controller.update_state(model.joint_names, q, np.zeros(6), 0.0)

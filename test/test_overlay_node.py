@@ -206,7 +206,7 @@ def test_absurd_overlays_are_refused_and_plausible_ones_taken(rig, tmp_path):
     """Coulomb 1e6 and armature 1e9 on ur5's shoulder pan: the code this was written against
     took both while commanding (command jumps of 150–300 N·m, the pan swung against its
     reference). Friction beyond the joint's effort limit and an armature beyond 1e3 × the
-    inertia its subtree gives M are refused naming the joint and the bound, as is a plausible
+    largest inertia of M are refused naming the joint and the bound, as is a plausible
     armature (100 kg·m² on a 4.4 kg·m² pan) whose swap would move the command by more than
     half the effort limit at once; the commands stay those of the overlay in use. YAML 1.1
     reads ``1.0e6`` as a string (refused as "must be a number"): it is read as the number
@@ -224,7 +224,7 @@ def test_absurd_overlays_are_refused_and_plausible_ones_taken(rig, tmp_path):
              "it"),
             (overlay_text("shoulder_pan_joint", "{armature: 1.0e9}"),
              "joint 'shoulder_pan_joint': armature 1e+09 is beyond 1000 × the largest inertia "
-             "its subtree gives M at q = 0 (4.377): 4376.61 at most"),
+             "of M at q = 0 (4.377): 4376.61 at most"),
             (overlay_text("shoulder_pan_joint", "{armature: 100.0}"),
              "the dynamics overlay is refused: it would move the command on shoulder_pan_joint "
              "by ")]:

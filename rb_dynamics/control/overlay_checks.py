@@ -10,12 +10,12 @@ judged here, where its dynamics and limits are known (``overlay_problem``):
   friction could not move the joint, and compensating such friction commands the limit at the
   sign of a velocity measurement's noise (tanh(q̇/ε) of a 1e6 N·m Coulomb term swung an arm
   against its reference).
-- armature: a rotor's inertia reflected through its gear, N² J_rotor, is commonly 1–100 ×
-  the links a wrist joint moves, and on any joint far below a thousandfold of the inertia the
-  joint moves anyway: at most ``ARMATURE_FACTOR`` × the largest diagonal of M(q = 0) over the
-  joint's subtree (the joint and the joints beyond it; without the overlay). A larger one is
-  a unit mistake (g·mm² for kg·m²) or a typo; computed torque would multiply every commanded
-  acceleration by it.
+- armature: a rotor's inertia reflected through its gear, N² J_rotor, is commonly 1–1000 ×
+  the links a wrist joint moves (a light wrist link, or a vendor URDF's placeholder inertia,
+  beside a geared motor), so the joint's own links are no scale for it; the arm is: at most
+  ``ARMATURE_FACTOR`` × the largest diagonal of M(q = 0) over the whole model (without the
+  overlay), the heaviest joint's inertia. A larger one is a unit mistake (g·mm² for kg·m²:
+  10⁶) or a typo; computed torque would multiply every commanded acceleration by it.
 
 A swap at run time is also checked against the command it makes (``command_step``): the law's
 effort at the controller's last state and reference with the new dynamics against the old
@@ -38,22 +38,15 @@ from .stability import reference_configuration
 
 __all__ = ["ARMATURE_FACTOR", "MAX_COMMAND_STEP", "command_step_problem", "overlay_problem"]
 
-ARMATURE_FACTOR = 1e3  # × the largest diagonal of M(0) over the joint's subtree
+ARMATURE_FACTOR = 1e3  # × the largest diagonal of M(0) over the whole model
 MAX_COMMAND_STEP = 0.5  # × the joint's effort limit: the most one swap may move a command by
 
 
-def _subtree_inertia(model: Model) -> np.ndarray:
-    """Per velocity coordinate the largest diagonal of M at the reference configuration over
-    the coordinates of its joint's subtree (bodies come after their parent)."""
-    diagonal = np.diag(dynamics.crba(model, reference_configuration(model)))
-    coordinate = [int(model.velocity_indices([name])[0]) for name in model.body_joint_names]
-    largest = diagonal.copy()
-    for body in reversed(range(len(model.parent))):  # children before their parent
-        parent = model.parent[body]
-        if parent >= 0:
-            largest[coordinate[parent]] = max(largest[coordinate[parent]],
-                                              largest[coordinate[body]])
-    return largest
+def _largest_inertia(model: Model) -> float:
+    """The largest diagonal of M at the reference configuration: the inertia the heaviest
+    joint moves."""
+    return float(np.max(np.diag(dynamics.crba(model, reference_configuration(model))),
+                        initial=0.0))
 
 
 def overlay_problem(bare: Model, overlaid: Model, overlay: DynamicsOverlay) -> str | None:
@@ -62,7 +55,7 @@ def overlay_problem(bare: Model, overlaid: Model, overlay: DynamicsOverlay) -> s
     value and the bound; None when every joint it names is plausible."""
     names = list(overlay.joints)
     indices = overlaid.velocity_indices(names)
-    subtree = None
+    largest = None
     for name, j in zip(names, indices):
         values = overlay.joints[name]
         limit = float(overlaid.effort_limit[j])
@@ -77,13 +70,12 @@ def overlay_problem(bare: Model, overlaid: Model, overlay: DynamicsOverlay) -> s
                     f"stribeck {stribeck:g} + viscous {viscous:g} × the velocity limit "
                     f"{speed:g}) is beyond its effort limit {limit:g}: no drive could move it")
         if "armature" in values:
-            if subtree is None:
-                subtree = _subtree_inertia(bare)
-            own = float(subtree[j]) or float(subtree.max())
-            if own > 0.0 and values["armature"] > ARMATURE_FACTOR * own:
+            if largest is None:
+                largest = _largest_inertia(bare)
+            if largest > 0.0 and values["armature"] > ARMATURE_FACTOR * largest:
                 return (f"joint {name!r}: armature {values['armature']:g} is beyond "
-                        f"{ARMATURE_FACTOR:g} × the largest inertia its subtree gives M at "
-                        f"q = 0 ({own:.4g}): {ARMATURE_FACTOR * own:.6g} at most")
+                        f"{ARMATURE_FACTOR:g} × the largest inertia of M at q = 0 "
+                        f"({largest:.4g}): {ARMATURE_FACTOR * largest:.6g} at most")
     return None
 
 
