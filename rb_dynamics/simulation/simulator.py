@@ -27,7 +27,7 @@ is zeroed (with constraints, a stop can open a loop: keep loops away from the li
 (a fixed-base model with 1-DoF joints, C kernels, no constraints or external wrenches): many
 steps of ``step`` in one call into C (``Kernels.rollout`` in ``_ckernels.c``), equal to ``step``
 to rounding (the implicit solve there is a Cholesky, here an LU solve; the friction step's
-sweeps are the same scalar operations). ``Simulator``
+sweeps and Newton iterations are the same operations). ``Simulator``
 and ``~/simulate`` use it when it applies.
 """
 

@@ -23,6 +23,7 @@
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include <numpy/arrayobject.h>
 
+#include <float.h>
 #include <math.h>
 
 #define RB_KERNEL_ABI 4
@@ -365,19 +366,22 @@ KERNEL_METHOD(momentum_terms, 5)
  * (rb_dynamics.dynamics.friction: viscous, Coulomb and Stribeck), semi-implicit Euler with
  * viscous damping and Coulomb friction implicit in the velocity, set-valued or smooth
  * (rb_dynamics.simulation.friction_step: A = M + dt·diag(viscous) solved here by Cholesky where
- * the reference uses an LU solve, then the same sweeps), RK4 on the model's ABA with the
- * smooth law, the inelastic position stops. It stops before any step that would need a non-finite kernel input
+ * the reference uses an LU solve, then the same sweeps for the set-valued law, the same Newton
+ * iterations for the smooth one), RK4 on the model's ABA with the smooth law, the inelastic
+ * position stops. It stops before any step that would need a non-finite kernel input
  * or give a non-finite output, or whose matrix is not positive definite, so that the caller
  * (simulation.CompiledSteps) can hand that step to the reference, which then raises or answers
  * exactly as it always does. The loop runs without the GIL.
  */
 
 #define COULOMB_SMOOTHING 0.1 /* rb_dynamics.model.COULOMB_SMOOTHING */
-/* rb_dynamics.simulation.friction_step's STICK_SLIP_SWEEPS, STICK_SLIP_TOLERANCE and
- * NEWTON_ITERATIONS */
+/* rb_dynamics.simulation.friction_step's STICK_SLIP_SWEEPS, STICK_SLIP_TOLERANCE,
+ * NEWTON_ITERATIONS, ARMIJO and ROUNDING */
 #define STICK_SLIP_SWEEPS 100
 #define STICK_SLIP_TOLERANCE 1e-14
 #define NEWTON_ITERATIONS 100
+#define ARMIJO 1e-4
+#define ROUNDING (16.0 * DBL_EPSILON)
 /* 0: semi-implicit Euler, Coulomb friction set-valued (friction_law "stick_slip");
  * 2: the same with the smooth law (friction_law "smooth") */
 enum { SEMI_IMPLICIT_EULER = 0, RK4 = 1, SEMI_IMPLICIT_SMOOTH = 2 };
@@ -467,29 +471,93 @@ static int cholesky_solve(double *A, double *x, Py_ssize_t n)
     return 1;
 }
 
-/* friction_step._smooth_coordinate: the root of x − z + t·tanh(x/ε) = 0 by Newton's method from
- * below it, the same scalar operations in the same order */
-static double smooth_coordinate(double z, double t, double smoothing, double tolerance)
+/* friction_step._log_cosh: ln cosh(y) to full relative precision */
+static double log_cosh(double y)
 {
-    double s = fabs(z);
-    double x = s > t ? s - t : 0.0;
-    for (int k = 0; k < NEWTON_ITERATIONS; k++) {
-        double th = tanh(x / smoothing);
-        double step = (s - x - t * th) / (1.0 + t / smoothing * (1.0 - th * th));
-        x += step;
-        if (step <= tolerance)
-            break;
+    double a = fabs(y);
+    if (a < 20.0) {
+        double h = sinh(0.5 * a);
+        return log1p(2.0 * h * h);
     }
-    if (x > s)
-        x = s;
-    return z >= 0.0 ? x : -x;
+    return a - 0.69314718055994530942 + log1p(exp(-2.0 * a)); /* ln 2 */
 }
 
-/* friction_step.implicit_friction_velocity: argmin_x ½ (x − w)ᵀ A (x − w) + Σ b_i φ(x_i) by
- * coordinate descent, φ = |·| (smoothing 0: soft thresholding) or ε·ln cosh(·/ε) (smoothing ε:
- * smooth_coordinate), the same scalar operations in the same order */
+/* friction_step.smooth_friction_velocity's objective ½ (x − w)ᵀ A (x − w) + Σ b_i ε ln cosh(x_i/ε) */
+static double smooth_objective(const double *A, const double *w, const double *b,
+                               const double *x, Py_ssize_t n, double smoothing)
+{
+    double quadratic = 0.0, losses = 0.0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        double row = 0.0;
+        for (Py_ssize_t j = 0; j < n; j++)
+            row += A[i * n + j] * (x[j] - w[j]);
+        quadratic += (x[i] - w[i]) * row;
+        losses += b[i] * log_cosh(x[i] / smoothing);
+    }
+    return 0.5 * quadratic + smoothing * losses;
+}
+
+/* friction_step.smooth_friction_velocity: argmin_x ½ (x − w)ᵀ A (x − w) + Σ b_i ε ln cosh(x_i/ε)
+ * by Newton's method from w with a backtracking line search; H, g, d, trial are scratch (n·n,
+ * n, n, n). 0 when a Hessian is not positive definite */
+static int smooth_friction(const double *A, const double *w, const double *b, double *x,
+                           Py_ssize_t n, double smoothing, double *H, double *g, double *d,
+                           double *trial)
+{
+    double scale = 0.0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        x[i] = w[i];
+        if (fabs(w[i]) > scale)
+            scale = fabs(w[i]);
+    }
+    double tolerance = STICK_SLIP_TOLERANCE * (1.0 + scale);
+    double value = smooth_objective(A, w, b, x, n, smoothing);
+    for (int k = 0; k < NEWTON_ITERATIONS; k++) {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            double th = tanh(x[i] / smoothing), row = 0.0;
+            for (Py_ssize_t j = 0; j < n; j++) {
+                row += A[i * n + j] * (x[j] - w[j]);
+                H[i * n + j] = A[i * n + j];
+            }
+            g[i] = row + b[i] * th;
+            H[i * n + i] += b[i] / smoothing * (1.0 - th * th);
+            d[i] = -g[i];
+        }
+        if (!cholesky_solve(H, d, n))
+            return 0;
+        double size = 0.0, slope = 0.0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (fabs(d[i]) > size)
+                size = fabs(d[i]);
+            slope += g[i] * d[i];
+        }
+        if (!(size > tolerance)) { /* converged (or not finite: the caller refuses it) */
+            for (Py_ssize_t i = 0; i < n; i++)
+                x[i] += d[i];
+            return 1;
+        }
+        double alpha = 1.0, trial_value;
+        for (;;) {
+            for (Py_ssize_t i = 0; i < n; i++)
+                trial[i] = x[i] + alpha * d[i];
+            trial_value = smooth_objective(A, w, b, trial, n, smoothing);
+            if (trial_value <= value + ARMIJO * alpha * slope + ROUNDING * value)
+                break;
+            alpha *= 0.5;
+            if (!(alpha * size > tolerance))
+                return 1;
+        }
+        memcpy(x, trial, sizeof(double) * (size_t)n);
+        value = trial_value;
+    }
+    return 1;
+}
+
+/* friction_step.implicit_friction_velocity with the set-valued law: argmin_x ½ (x − w)ᵀ A (x − w)
+ * + Σ b_i |x_i| by coordinate descent (soft thresholding), the same scalar operations in the
+ * same order */
 static void implicit_friction(const double *A, const double *w, const double *b, double *x,
-                              Py_ssize_t n, double smoothing)
+                              Py_ssize_t n)
 {
     double scale = 0.0;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -508,8 +576,7 @@ static void implicit_friction(const double *A, const double *w, const double *b,
                     coupled += row[j] * (x[j] - w[j]);
             double z = w[i] - coupled / row[i];
             double t = b[i] / row[i];
-            double next = smoothing > 0.0 ? smooth_coordinate(z, t, smoothing, tolerance)
-                                          : (z > t ? z - t : (z < -t ? z + t : 0.0));
+            double next = z > t ? z - t : (z < -t ? z + t : 0.0);
             if (fabs(next - x[i]) > change)
                 change = fabs(next - x[i]);
             x[i] = next;
@@ -544,7 +611,15 @@ static int friction_step(const Stepper *s, const double *q, const double *v, con
     }
     if (!all_finite(s->bound, n))
         return 0;
-    implicit_friction(s->A, s->rhs, s->bound, v1, n, smoothing);
+    if (smoothing > 0.0) {
+        /* M is free again (the Cholesky above is done with it); h, applied and qs are not
+         * used by the semi-implicit step */
+        if (!smooth_friction(s->A, s->rhs, s->bound, v1, n, smoothing, s->M, s->h, s->applied,
+                             s->qs))
+            return 0;
+    } else {
+        implicit_friction(s->A, s->rhs, s->bound, v1, n);
+    }
     return all_finite(v1, n);
 }
 
