@@ -30,7 +30,8 @@ OTHER_CLAMPS = {
     "control/cartesian.py": {"critical_damping", "gain_problem"},  # eigenvalues ≥ 0
     "control/law.py": {"integrate"},  # the integral term to ±i_clamp
     "control/limits.py": {"velocity_bounds"},  # velocities to ±(velocity limit)
-    "simulation/joint_drives.py": {"hold", "command"},  # commands to the block's ranges
+    # commands to the block's ranges (and what a command leaves unset, at start)
+    "simulation/joint_drives.py": {"__init__", "hold", "command", "command_efforts"},
 }
 
 

@@ -349,3 +349,45 @@ def test_set_command_routes_efforts_to_the_effort_joints_only():
     sim.time = 10.0
     assert sim.command_timed_out  # no fresh command anywhere (the finger still holds)
     assert sim.applied_effort[3] == 0.0
+
+
+def test_an_effort_array_goes_into_the_drives_as_its_decoded_command_would():
+    """``command_efforts`` (the per-message path of ``~/commands`` when every joint takes
+    efforts) leaves the drives exactly as ``command(decode(...))`` does: clamping, the mask of
+    clamped values, a joint's whole command replaced, NaN leaving a joint as it is; and while
+    no joint is servoed the efforts over a span of steps (``efforts_over``, the compiled
+    roll-out's table) are the per-step efforts, command timeouts included."""
+    xml = ur_style_default_arm("effort")
+    model = load_model(xml)
+    layout = command_layout(model, read_ros2_control(xml))
+    layout.allowed[:, :] = True
+    gains = servo_gains(model, model.neutral_configuration(), layout.joints)
+    order = list(reversed(layout.joints))  # a topic's order is not the layout's
+    columns = np.array([layout.joints.index(n) for n in order])
+    rng = np.random.default_rng(3)
+    fast, decoded = (JointDrives(model, layout, gains, command_timeout=0.5) for _ in range(2))
+    for drives in (fast, decoded):
+        drives.hold(np.zeros(model.nq))
+        command(drives, layout, 0.0, elbow_joint=("position", 0.2))
+    for t in (0.1, 0.2, 0.3):
+        efforts = rng.uniform(-300.0, 300.0, len(order))  # beyond the 150 and 28 N·m limits
+        efforts[rng.random(len(order)) < 0.3] = np.nan
+        clamped = fast.command_efforts(columns, efforts, t)
+        cmd = layout.decode(order, effort=efforts)
+        fields, k = np.nonzero(decoded.command(cmd, t))
+        assert {order[i] for i in np.flatnonzero(clamped)} == \
+            {layout.joints[cmd.index[j]] for j in k} != set() and set(fields) == {2}
+        for field in ("active", "target", "stamp"):
+            np.testing.assert_array_equal(getattr(fast, field), getattr(decoded, field))
+        assert fast.depend_on_state == decoded.depend_on_state
+    efforts = np.full(len(order), 20.0)
+    fast.command_efforts(columns, efforts, 1.0)
+    assert not fast.depend_on_state
+    fast.command_efforts(columns[:2], np.array([500.0, -500.0]), 1.3)  # two fresher, clamped
+    starts = np.arange(1.45, 1.85, 0.05)  # the older ones time out at 1.5, the fresher at 1.8
+    table = fast.efforts_over(starts)
+    q, v = np.zeros(model.nq), np.zeros(model.nv)
+    for row, t in zip(table, starts):
+        np.testing.assert_array_equal(row, fast.effort(q, v, t))
+    np.testing.assert_array_equal(fast.efforts_over(np.array([1.35, 1.4])),
+                                  fast.effort(q, v, 1.35))

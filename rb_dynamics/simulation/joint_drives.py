@@ -190,6 +190,12 @@ class JointDrives:
         self.target = np.zeros((3, n))
         self.stamp = np.zeros(n)  # simulated time of each joint's last command
         self._servoing = False  # any position or velocity command active (kept by the setters)
+        # efforts_over's answer while every effort command is fresh, and the oldest effort
+        # command's stamp (None: a setter changed the commands since)
+        self._held: np.ndarray | None = None
+        self._oldest = math.inf
+        # what ``command`` writes into the fields a command leaves unset
+        self._unset = np.clip(0.0, layout.lower, layout.upper)
 
     def hold(self, q: np.ndarray, t: float = 0.0) -> None:
         """The start-up command: hold position / brake / limp, or the block's initial command."""
@@ -207,7 +213,7 @@ class JointDrives:
             self.active[:, joints] = given[:, joints]
             self.target[given] = np.clip(initial, self.layout.lower, self.layout.upper)[given]
         self.stamp[:] = t
-        self._servoing = bool(self.active[:EFFORT].any())
+        self._changed()
 
     def command(self, cmd: JointCommand, t: float) -> np.ndarray:
         """Apply a decoded command at time t; returns the (3, k) mask of values clamped."""
@@ -220,8 +226,64 @@ class JointDrives:
         self.active[:, columns] = given[:, joints]
         self.target[:, columns] = values[:, joints]
         self.stamp[columns] = t
-        self._servoing = bool(self.active[:EFFORT].any())
+        self._changed()
         return clamped
+
+    def command_efforts(self, columns: np.ndarray, values: np.ndarray, t: float) -> np.ndarray:
+        """``command`` of a decoded command that sets only efforts: effort ``values`` (k,) for
+        the layout's joints ``columns`` (k,), each of which takes efforts; NaN leaves a joint's
+        command as it is, a number replaces it (clamped to the joint's effort range). The
+        per-message path of an effort array; returns the (k,) mask of the values clamped."""
+        given = ~np.isnan(values)
+        # the command range (block min/max within the URDF limit), as ``command`` clips
+        lower, upper = self.layout.lower[EFFORT, columns], self.layout.upper[EFFORT, columns]
+        clipped = np.clip(values, lower, upper)
+        clamped = given & (clipped != values)
+        if not given.all():
+            columns, clipped = columns[given], clipped[given]
+        self.active[:, columns] = _EFFORT_ONLY
+        self.target[:EFFORT, columns] = self._unset[:EFFORT, columns]
+        self.target[EFFORT, columns] = clipped
+        self.stamp[columns] = t
+        self._changed()
+        return clamped
+
+    def _changed(self) -> None:
+        """After a setter: what the commands now servo, and no held efforts yet."""
+        self._servoing = bool(self.active[:EFFORT].any())
+        self._held = None
+
+    @property
+    def depend_on_state(self) -> bool:
+        """Whether the efforts depend on the state: a servoed joint, or a drive that adds its
+        own compensation."""
+        return self._servoing or self.compensation is not None
+
+    def efforts_over(self, starts: np.ndarray) -> np.ndarray:
+        """``effort`` at the steps starting at the times ``starts`` (steps,) while the efforts
+        do not depend on the state (``depend_on_state`` False): the effort commands, each 0
+        once older than ``command_timeout``, clamped; (nv,) when none times out over the steps,
+        else (steps, nv). The same operations as ``joint_efforts``; between commands,
+        while none times out, the same read-only array (the per-step path of a lock-step
+        simulator: no array work)."""
+        if self._held is None:
+            self._held = self._efforts(self.active[EFFORT])
+            self._held.flags.writeable = False
+            stamps = self.stamp[self.active[EFFORT]]
+            self._oldest = float(stamps.min()) if stamps.size else math.inf
+        # t − stamp falls as the stamp grows: the oldest command is the first to time out
+        if float(starts[-1]) - self._oldest <= self.command_timeout:
+            return self._held
+        fresh = (starts[:, None] - self.stamp) <= self.command_timeout
+        return self._efforts(self.active[EFFORT] & fresh)
+
+    def _efforts(self, on: np.ndarray) -> np.ndarray:
+        """The effort commands where ``on`` (n,) or (steps, n), clamped, over the model's v."""
+        tau = self.target[EFFORT] * on
+        tau = clamp_effort(tau, self.effort_limit, tau, lower=self._lowest)
+        out = np.zeros(tau.shape[:-1] + (self.model.nv,))
+        out[..., self.v_index] = tau
+        return out
 
     def joint_efforts(self, q: np.ndarray, v: np.ndarray, t: float) -> np.ndarray:
         """τ per joint of the layout (see the module docstring), clamped to the effort limits."""
@@ -255,6 +317,9 @@ class JointDrives:
         names = ("position", "velocity", "effort")
         return {n: tuple(f for f, on in zip(names, self.active[:, j]) if on)
                 for j, n in enumerate(self.layout.joints)}
+
+
+_EFFORT_ONLY = np.array([[False], [False], [True]])  # a joint's active fields: the effort
 
 
 def make_drives(model: Model, layout: CommandLayout, q0: np.ndarray, *, dt: float,
@@ -343,10 +408,15 @@ class ServoSimulator(Simulator):
             JointCommand(index, values), self.time)[EFFORT]
         return clamped
 
-    state_feedback = True  # the drives' effort depends on the state
+    @property
+    def state_feedback(self) -> bool:  # while the drives' effort depends on the state
+        return self.drives.depend_on_state
 
     def effort_at(self, t: float, q: np.ndarray, v: np.ndarray) -> np.ndarray:
         return self.drives.effort(q, v, t)
+
+    def efforts_over(self, starts: np.ndarray) -> np.ndarray:
+        return self.drives.efforts_over(starts)
 
     @property
     def command_timed_out(self) -> bool:

@@ -365,16 +365,40 @@ class CompiledSteps:
             row_law = lambda k: law(k, Q[k], V[k])  # noqa: E731 - the C loop calls it
         else:
             tau = np.ascontiguousarray(tau, dtype=float)
-        losses = ((model.damping, model.friction, model.stribeck_friction,
-                   model.stribeck_velocity) if self.losses else (None,) * 4)
-        stops = (model.position_lower, model.position_upper) if self.limits else (None, None)
-        done = self.kernels.rollout(Q, V, A, hit, tau, float(dt), self._integrator, *losses,
-                                    *stops, row_law)
+        done = self.kernels.rollout(Q, V, A, hit, tau, float(dt), self._integrator,
+                                    *self._model_arrays(), row_law)
         if tau.ndim == 1:  # held: a read-only view, one row per step
             tau = np.broadcast_to(tau, (steps, n))
         if done < steps:
             return Trace(Q[:done + 1], V[:done + 1], A[:done], tau[:done], hit[:done])
         return Trace(Q, V, A, tau, hit)
+
+    def step(self, q: np.ndarray, v: np.ndarray, tau: np.ndarray, dt: float
+             ) -> SimulationStep | None:
+        """One step of ``run`` under the held ``tau`` (nv,), float64 and contiguous: the
+        per-command path of a lock-step simulator, through buffers kept between calls (the
+        result's arrays are its own). None when the compiled loop refuses the step."""
+        n = self.dyn.model.nv
+        if self._one is None or self._one[0].shape[1] != n:
+            self._one = (np.empty((2, n)), np.empty((2, n)), np.empty((1, n)),
+                         np.zeros((1, n), dtype=bool))
+        Q, V, A, hit = self._one
+        Q[0], V[0], hit[0] = q, v, False
+        if not self.kernels.rollout(Q, V, A, hit, tau, float(dt), self._integrator,
+                                    *self._model_arrays(), None):
+            return None
+        return SimulationStep(Q[1].copy(), V[1].copy(), A[0].copy(), hit[0].copy())
+
+    _one: tuple[np.ndarray, ...] | None = None  # step's buffers: Q, V, A, hit
+
+    def _model_arrays(self) -> tuple:
+        """The joint losses (viscous, Coulomb, Stribeck and its velocity) and position stops
+        as the roll-out takes them, read from the model at each call (None: left out)."""
+        model = self.dyn.model
+        losses = ((model.damping, model.friction, model.stribeck_friction,
+                   model.stribeck_velocity) if self.losses else (None,) * 4)
+        stops = (model.position_lower, model.position_upper) if self.limits else (None, None)
+        return (*losses, *stops)
 
 
 class Simulator:
@@ -446,6 +470,7 @@ class Simulator:
 
     # True when ``effort_at`` depends on the state (a subclass with joint servos): the compiled
     # roll-out then calls it back before each step instead of tabulating it ahead
+    # (``efforts_over``)
     state_feedback = False
     # Told (times, q, v, effort) of the steps taken, one row per step: its start time and state
     # and the effort it applied (for delayed readings:
@@ -459,6 +484,14 @@ class Simulator:
             return np.zeros(self.model.nv)
         return self.command
 
+    def efforts_over(self, starts: np.ndarray) -> np.ndarray:
+        """``effort_at`` at the steps starting at the times ``starts`` (steps,), when it does
+        not depend on the state (``state_feedback`` False): (nv,) when it is the same at
+        every step, else (steps, nv)."""
+        timed_out = starts - self.command_time > self.command_timeout
+        return np.where(timed_out[:, None], 0.0, self.command) if timed_out.any() \
+            else self.command
+
     @property
     def applied_effort(self) -> np.ndarray:
         return self.effort_at(self.time, self.q, self.v)
@@ -471,8 +504,7 @@ class Simulator:
         """Advance by ``duration`` seconds in steps of dt (at most ``max_steps``)."""
         steps = min(round(duration / self.dt), max_steps)
         done = 0
-        fast = compiled_steps(self.dynamics, self.integrator, constraints=self.constraints,
-                              friction_law=self.friction_law)
+        fast = self._compiled()
         if fast is not None and steps > 0:
             done = self._advance_compiled(fast, steps)
         for _ in range(steps - done):  # the reference: no fast path, or from a refused step
@@ -488,10 +520,28 @@ class Simulator:
             self.time += self.dt
         return steps
 
+    def _compiled(self) -> CompiledSteps | None:
+        """The compiled roll-out for the current dynamics (built once per dynamics and its
+        kernels: a ``LiveDynamics`` gains its kernels later, a payload swaps the dynamics)."""
+        key = (self.dynamics, getattr(self.dynamics, "kernels", None), self.integrator,
+               self.friction_law, self.constraints)
+        if self._compiled_for is None or any(a is not b for a, b in zip(key, self._compiled_for)):
+            self._compiled_for = key
+            self._fast = compiled_steps(self.dynamics, self.integrator,
+                                        constraints=self.constraints,
+                                        friction_law=self.friction_law)
+        return self._fast
+
+    _compiled_for: tuple | None = None
+    _fast: CompiledSteps | None = None
+
     def _advance_compiled(self, fast: CompiledSteps, steps: int) -> int:
         """Up to ``steps`` steps in C; the steps taken (the reference takes the rest)."""
         # the times at the start of each step as the reference loop accumulates them (an
-        # accumulate adds in order), and the effort each one applies
+        # accumulate adds in order; one step, the path a lock-step command takes, is one sum),
+        # and the effort each one applies
+        if steps == 1 and self.wrench is None and not self.state_feedback:
+            return self._step_compiled(fast)
         times = np.add.accumulate(np.r_[self.time, np.full(steps, self.dt)])
         drives = None  # with a push: the drives' efforts (the trace's include the push)
         if self.wrench is not None:
@@ -507,10 +557,7 @@ class Simulator:
             trace = fast.run(self.q, self.v, None, self.dt, steps,
                              law=lambda k, q, v: self.effort_at(starts[k], q, v))
         else:
-            timed_out = times[:-1] - self.command_time > self.command_timeout
-            tau = np.where(timed_out[:, None], 0.0, self.command) if timed_out.any() \
-                else self.command
-            trace = fast.run(self.q, self.v, tau, self.dt, steps)
+            trace = fast.run(self.q, self.v, self.efforts_over(times[:-1]), self.dt, steps)
         done = trace.steps
         if done and self.recorder is not None:
             self.recorder(times[:done], trace.q[:done], trace.v[:done],
@@ -520,6 +567,22 @@ class Simulator:
             self.a, self.limit_hit = trace.a[done - 1].copy(), trace.limit_hit[done - 1].copy()
             self.time = float(times[done])
         return done
+
+    def _step_compiled(self, fast: CompiledSteps) -> int:
+        """One step in C under efforts that do not depend on the state (``_advance_compiled``
+        without a push or a feedback, as a lock-step command takes it); the steps taken."""
+        start = np.array((self.time,))
+        tau = self.efforts_over(start)
+        if tau.ndim == 2:  # timed out at this step: its row
+            tau = tau[0]
+        taken = fast.step(self.q, self.v, tau, self.dt)
+        if taken is None:
+            return 0
+        if self.recorder is not None:
+            self.recorder(start, self.q[None], self.v[None], tau[None])
+        self.q, self.v, self.a, self.limit_hit = taken.q, taken.v, taken.a, taken.limit_hit
+        self.time = self.time + self.dt  # the reference's sum
+        return 1
 
     def constraint_violation(self) -> float:
         """Largest |φ| (m, rad) or |A q̇ − c| of the constraints at the current state."""

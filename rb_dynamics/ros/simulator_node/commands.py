@@ -54,8 +54,11 @@ class CommandInputs:
                  on_command: Callable[[], None] | None = None) -> None:
         self.layout, self.joints, self.sim, self.warn = layout, list(joints), sim, warn
         self.on_command = on_command
-        columns = [layout.joints.index(n) for n in self.joints]
-        self.effort_joint = layout.allowed[EFFORT, columns]
+        # ~/commands' order in the layout; when every joint takes efforts, an array goes
+        # straight into the drives (``JointDrives.command_efforts``), else through ``decode``
+        self.columns = np.array([layout.joints.index(n) for n in self.joints], dtype=np.intp)
+        self.effort_joint = layout.allowed[EFFORT, self.columns]
+        self.efforts_only = bool(self.effort_joint.all())
         self.inbox: Node | None = None
         if on_command is None:
             self.inbox = polled_node(node, "commands")
@@ -113,9 +116,15 @@ class CommandInputs:
             self.warn(f"~/commands: got {data.size} values, expected {len(self.joints)} "
                       f"ordered as {self.joints}; ignored", "commands length")
             return False
-        if not np.all(np.isfinite(data[self.effort_joint])):
+        if not np.isfinite(data if self.efforts_only else data[self.effort_joint]).all():
             self.warn("~/commands: NaN or inf in the command; ignored")
             return False
+        if self.efforts_only:
+            clamped = self.sim.drives.command_efforts(self.columns, data, self.sim.time)
+            if clamped.any():
+                self._warn_clamped("~/commands", np.full(clamped.sum(), EFFORT),
+                                   self.columns[clamped])
+            return True
         self.apply(self.layout.decode(self.joints, effort=data), "~/commands")
         return True
 
@@ -140,7 +149,11 @@ class CommandInputs:
             return
         clamped = self.sim.drives.command(command, self.sim.time)
         if clamped.any():
-            names = [f"{self.layout.joints[command.index[k]]}/{COMMAND_FIELDS[f]}"
-                     for f, k in zip(*np.nonzero(clamped))]
-            self.warn(f"{topic}: command clamped to the limits on {names}", f"{topic} clamp")
+            fields, k = np.nonzero(clamped)
+            self._warn_clamped(topic, fields, command.index[k])
+
+    def _warn_clamped(self, topic: str, fields: np.ndarray, columns: np.ndarray) -> None:
+        """A throttled warning naming the layout's joints ``columns`` and their ``fields``."""
+        names = [f"{self.layout.joints[c]}/{COMMAND_FIELDS[f]}" for f, c in zip(fields, columns)]
+        self.warn(f"{topic}: command clamped to the limits on {names}", f"{topic} clamp")
 

@@ -335,7 +335,7 @@ class SimulatorNode(Node):
         self.external.expire()
         try:
             steps = self.sim.advance(duration)
-            finite = np.all(np.isfinite(self.sim.q)) and np.all(np.isfinite(self.sim.v))
+            finite = np.isfinite(self.sim.q).all() and np.isfinite(self.sim.v).all()
         except (ValueError, ArithmeticError, np.linalg.LinAlgError) as exc:
             steps, finite = 0, False
             self.get_logger().error(f"simulation step failed: {exc}")
