@@ -97,3 +97,31 @@ def test_a_clock_reader_keeps_the_nodes_clock_on_clock_messages_it_never_spins_f
         source.destroy_node()
         node.destroy_node()
         rclpy.shutdown(context=context)
+
+
+def test_an_action_server_gets_the_clock_it_is_given_and_keeps_it():
+    """``action_server_on_clock``: the server is built on the given clock (rcl_action times
+    result expiry with it) and holds it, however the caller drops its own reference (the C
+    side keeps a bare pointer); the node's own ``get_clock`` is not shadowed afterwards."""
+    import gc
+
+    from control_msgs.action import FollowJointTrajectory
+    from rclpy.clock import Clock, ClockType
+
+    from rb_dynamics.ros.rclpy_private import action_server_on_clock
+
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    node = rclpy.create_node("rclpy_private_action", context=context)
+    try:
+        server = action_server_on_clock(node, Clock(clock_type=ClockType.STEADY_TIME),
+                                        FollowJointTrajectory, "~/follow_joint_trajectory",
+                                        execute_callback=lambda goal: None)
+        gc.collect()
+        assert server.rb_dynamics_clock.clock_type == ClockType.STEADY_TIME
+        assert "get_clock" not in vars(node)
+        assert node.get_clock().clock_type == ClockType.ROS_TIME
+        server.destroy()
+    finally:
+        node.destroy_node()
+        rclpy.shutdown(context=context)

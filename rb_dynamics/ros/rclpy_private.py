@@ -14,7 +14,9 @@ on each):
   with ``qos_overriding_options``, for a subscription another node makes:
   ``rclpy.qos_overriding_options._declare_qos_parameters``;
 - the node whose executor a node's /clock subscription (``use_sim_time``) wakes:
-  ``Node._time_source`` and its ``_node_weak_ref``.
+  ``Node._time_source`` and its ``_node_weak_ref``;
+- the clock of an action server (``ActionServer`` takes ``node.get_clock()`` in its
+  constructor, with no argument to give another).
 
 Each returns a neutral answer where an rclpy lacks the attribute, so that a future rclpy
 degrades a feature rather than stopping a node.
@@ -25,11 +27,12 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
+from rclpy.clock import Clock
 from rclpy.node import Node
 from rclpy.qos import QoSProfile
 
-__all__ = ["change_state_service", "clock_subscription_on", "declare_qos_override_parameters",
-           "parameter_overrides"]
+__all__ = ["action_server_on_clock", "change_state_service", "clock_subscription_on",
+           "declare_qos_override_parameters", "parameter_overrides"]
 
 
 def parameter_overrides(node: Node) -> dict[str, Any]:
@@ -74,3 +77,22 @@ def clock_subscription_on(node: Node, holder: Node) -> bool:
     source._node_weak_ref = weakref.ref(holder)
     source.ros_time_is_active = active  # subscribed again, on ``holder``
     return True
+
+
+def action_server_on_clock(node: Node, clock: Clock, *args: Any, **kwargs: Any) -> Any:
+    """rclpy's ``ActionServer(node, *args, **kwargs)`` whose own clock (the one rcl_action
+    times result expiry with) is ``clock`` instead of ``node``'s; what it stamps goals with is
+    still ``node``'s clock. rclpy reads ``node.get_clock()`` while it constructs the server:
+    ``node``'s method is shadowed for that call only, in the constructing thread's view and in
+    every other's (build it before anything else reads ``node``'s clock). The server's C side
+    keeps a bare pointer to the clock: the server holds a reference to it, so that the clock
+    lives as long as the server (freed, it crashed the node at the next goal's end)."""
+    from rclpy.action import ActionServer
+
+    node.get_clock = lambda: clock  # an instance attribute: shadows the method
+    try:
+        server = ActionServer(node, *args, **kwargs)
+    finally:
+        del node.get_clock
+    server.rb_dynamics_clock = clock
+    return server

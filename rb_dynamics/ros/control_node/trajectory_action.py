@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rclpy.callback_groups import ReentrantCallbackGroup
+from rclpy.clock import Clock, ClockType
 from rclpy.node import Node
 
 from rb_dynamics.control import (
@@ -36,6 +37,8 @@ from rb_dynamics.ros.conversions import (
     to_seconds,
     trajectory_points,
 )
+from rb_dynamics.ros.environment import ros_distro
+from rb_dynamics.ros.rclpy_private import action_server_on_clock
 from rb_dynamics.ros.runtime import release_gradually
 
 from .control_loop import ControlLoop
@@ -77,6 +80,23 @@ def inactive_reason(state: str, node_name: str) -> str:
             f"activate{first}")
 
 
+# rcl_action times a finished goal's result from the goal's stamp (the node's clock) before
+# Jazzy, from the goal's end on the server's own clock since (ros2/rcl#1121)
+RESULT_TIMED_BY_GOAL_STAMP = ("foxy", "galactic", "humble", "iron")
+
+
+def result_clock(node: Node) -> Clock:
+    """The clock the action server times its results' expiry with (``action_result_timeout``):
+    a steady clock of its own where rcl_action times it from the goal's end on that clock,
+    else ``node``'s. On sim time, the node's clock made the server's expiry timer, cancelled
+    between goals and past due, have rcl trigger its guard condition at every /clock message:
+    the node's executor woke at every simulated step for nothing to do (a pass over all its
+    entities, ~2 ms of Python)."""
+    if ros_distro() in RESULT_TIMED_BY_GOAL_STAMP:
+        return node.get_clock()
+    return Clock(clock_type=ClockType.STEADY_TIME)
+
+
 class TrajectoryAction:
     """The action server, the state topic and their parameters, on the control node ``node``
     driving ``loop``. ``lifecycle_state`` gives the node's state (goals while "active"),
@@ -101,13 +121,10 @@ class TrajectoryAction:
         if MISSING is not None:
             self.log.warning(MISSING)
             return
-        from rclpy.action import ActionServer
-
-        self.state_pub = node.create_publisher(JointTrajectoryControllerState,
-                                               "~/controller_state", 10)
+        self.state_pub = loop.publisher(JointTrajectoryControllerState, "~/controller_state")
         self._state_msg = new_controller_state(JointTrajectoryControllerState)  # reused
-        self.server = ActionServer(
-            node, FollowJointTrajectory, "~/follow_joint_trajectory",
+        self.server = action_server_on_clock(
+            node, result_clock(node), FollowJointTrajectory, "~/follow_joint_trajectory",
             execute_callback=self._unexpected, goal_callback=self._on_goal,
             handle_accepted_callback=self._on_accepted, cancel_callback=self._on_cancel,
             callback_group=group,
@@ -148,7 +165,7 @@ class TrajectoryAction:
         """After each command, on the loop thread under its lock: the goal's tolerances and the
         controller state, if one is due (tens of microseconds)."""
         rate = self.settings["state_publish_rate"]
-        if self.server is not None and (
+        if self.server is not None and self.state_pub.listened() and (
                 rate <= 0.0 or not 0.0 < self._next_state - t <= 1.0 / rate):  # due, or time
             self._next_state = t + 1.0 / rate if rate > 0.0 else -math.inf  # went back
             fill_controller_state(self._state_msg, t, controller, controller.trajectory,
