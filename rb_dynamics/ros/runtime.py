@@ -41,6 +41,7 @@ import rclpy
 from rclpy.context import Context
 from rclpy.executors import Executor, ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
+from rclpy.publisher import Publisher
 from rclpy.signals import SignalHandlerOptions
 from rclpy.subscription import Subscription
 
@@ -166,6 +167,34 @@ def polled_node(node: Node, suffix: str) -> Node:
 
 def not_spun(_msg: Any) -> None:
     """The callback of a subscription of a ``polled_node`` (rclpy wants one)."""
+
+
+LISTENER_RECHECK_S = 0.1  # how often a ListenedPublisher asks how many subscribe
+
+
+class ListenedPublisher:
+    """A publisher for what goes out per state that skips messages nobody subscribes to.
+
+    ``listened()`` says whether a message would reach anyone: the number of matched
+    subscriptions, asked again at most every ``LISTENER_RECHECK_S`` (a subscriber that appears
+    gets its first message within that; the topic is volatile: it would have missed the ones
+    before anyway). Filling and publishing a message for nobody costs the loop as much as for
+    a listener (rclpy converts it to C and hands it to the middleware either way)."""
+
+    def __init__(self, publisher: Publisher) -> None:
+        self.publisher = publisher
+        self._count, self._asked = 0, -math.inf
+
+    def listened(self) -> bool:
+        now = time.monotonic()
+        if now - self._asked >= LISTENER_RECHECK_S:
+            self._asked, self._count = now, self.publisher.get_subscription_count()
+        return self._count > 0
+
+    def publish(self, msg: Any) -> None:
+        """``msg`` to the subscribers, if there are any."""
+        if self.listened():
+            self.publisher.publish(msg)
 
 
 class SpinThread:

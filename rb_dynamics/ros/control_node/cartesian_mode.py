@@ -97,10 +97,11 @@ class CartesianMode:
         self.targets = 0  # taken since start
         self._published: CartesianState | None = None
         node.create_subscription(PoseStamped, "~/target_pose", self._on_target, 10)
-        self.pose_pub = node.create_publisher(PoseStamped, "~/cartesian/pose", 10)
-        self.target_pub = node.create_publisher(PoseStamped, "~/cartesian/target", 10)
-        self.error_pub = node.create_publisher(TwistStamped, "~/cartesian/error", 10)
-        self.wrench_pub = node.create_publisher(WrenchStamped, "~/cartesian/wrench", 10)
+        # per state, from the loop's thread (skipped while nobody listens)
+        self.pose_pub = loop.publisher(PoseStamped, "~/cartesian/pose")
+        self.target_pub = loop.publisher(PoseStamped, "~/cartesian/target")
+        self.error_pub = loop.publisher(TwistStamped, "~/cartesian/error")
+        self.wrench_pub = loop.publisher(WrenchStamped, "~/cartesian/wrench")
         self.diagnostics_pub = node.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self._last_output = -math.inf  # the stamp (s) of the state last published for
         # the state topics go out from the loop's thread, after the command: a timer on the main
@@ -239,22 +240,25 @@ class CartesianMode:
         stamp = self.node.get_clock().now().to_msg()
         frame = controller.model.root_link
         for publisher, T in ((self.pose_pub, last.pose), (self.target_pub, last.target)):
-            msg = PoseStamped()
-            msg.header.stamp, msg.header.frame_id = stamp, frame
-            _fill_pose(msg, T)
-            publisher.publish(msg)
-        error = TwistStamped()
-        error.header.stamp, error.header.frame_id = stamp, frame
-        t = error.twist
-        t.linear.x, t.linear.y, t.linear.z = (float(x) for x in last.error[:3])
-        t.angular.x, t.angular.y, t.angular.z = (float(x) for x in last.error[3:])
-        self.error_pub.publish(error)
-        wrench = WrenchStamped()
-        wrench.header.stamp, wrench.header.frame_id = stamp, frame
-        w = wrench.wrench
-        w.force.x, w.force.y, w.force.z = (float(x) for x in last.wrench[:3])
-        w.torque.x, w.torque.y, w.torque.z = (float(x) for x in last.wrench[3:])
-        self.wrench_pub.publish(wrench)
+            if publisher.listened():
+                msg = PoseStamped()
+                msg.header.stamp, msg.header.frame_id = stamp, frame
+                _fill_pose(msg, T)
+                publisher.publish(msg)
+        if self.error_pub.listened():
+            error = TwistStamped()
+            error.header.stamp, error.header.frame_id = stamp, frame
+            t = error.twist
+            t.linear.x, t.linear.y, t.linear.z = (float(x) for x in last.error[:3])
+            t.angular.x, t.angular.y, t.angular.z = (float(x) for x in last.error[3:])
+            self.error_pub.publish(error)
+        if self.wrench_pub.listened():
+            wrench = WrenchStamped()
+            wrench.header.stamp, wrench.header.frame_id = stamp, frame
+            w = wrench.wrench
+            w.force.x, w.force.y, w.force.z = (float(x) for x in last.wrench[:3])
+            w.torque.x, w.torque.y, w.torque.z = (float(x) for x in last.wrench[3:])
+            self.wrench_pub.publish(wrench)
 
     def publish_diagnostics(self) -> None:
         """The status "<node>: cartesian" on /diagnostics: the link, how near a singularity

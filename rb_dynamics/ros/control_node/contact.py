@@ -120,8 +120,9 @@ class ContactMonitor:
         self.node, self.loop, self.log = node, loop, node.get_logger()
         ros_params.declare(node, CONTACT_PARAMETERS)
         self.settings = ros_params.read(node, CONTACT_PARAMETERS)  # a bad file: no start
-        self.efforts_pub = node.create_publisher(JointState, "~/external_efforts", 10)
-        self.wrench_pub = node.create_publisher(WrenchStamped, "~/external_wrench", 10)
+        # per state, from the loop's thread (skipped while nobody listens)
+        self.efforts_pub = loop.publisher(JointState, "~/external_efforts")
+        self.wrench_pub = loop.publisher(WrenchStamped, "~/external_wrench")
         self.collision_pub = node.create_publisher(CollisionMessage, "~/collision", 10)
         self.diagnostics_pub = node.create_publisher(DiagnosticArray, "/diagnostics", 10)
         node.create_service(Trigger, "~/reset_collision", self._on_reset)
@@ -258,8 +259,10 @@ class ContactMonitor:
         if period.largest is None or len(period.largest) != len(estimate):
             period.largest = np.zeros(len(estimate))
         np.maximum(period.largest, np.abs(estimate), out=period.largest)
-        fill_efforts(self._efforts_msg, stamp, controller.joints, estimate[controller.index])
-        self.efforts_pub.publish(self._efforts_msg)
+        if self.efforts_pub.listened():
+            fill_efforts(self._efforts_msg, stamp, controller.joints,
+                         estimate[controller.index])
+            self.efforts_pub.publish(self._efforts_msg)
         if parts.wrench is None:
             return
         wrench, condition = parts.wrench.estimate(
@@ -267,8 +270,9 @@ class ContactMonitor:
             self.settings["contact.wrench_model"] == "force")
         self._period.condition = condition
         if wrench is not None:
-            fill_wrench(self._wrench_msg, stamp, parts.wrench.link, wrench)
-            self.wrench_pub.publish(self._wrench_msg)
+            if self.wrench_pub.listened():
+                fill_wrench(self._wrench_msg, stamp, parts.wrench.link, wrench)
+                self.wrench_pub.publish(self._wrench_msg)
             self._period.wrenches += 1
 
     def _collide(self, collision: Collision, controller: JointController, stamp_ns: int) -> None:

@@ -76,7 +76,7 @@ from rb_dynamics.control import (
 from rb_dynamics.control.stability import StabilityGuard
 from rb_dynamics.ros.conversions import to_seconds
 from rb_dynamics.ros.diagnostics import Statistics, Totals
-from rb_dynamics.ros.runtime import SpinThread, ThrottledLogger, take_queued
+from rb_dynamics.ros.runtime import ListenedPublisher, SpinThread, ThrottledLogger, take_queued
 
 from .drive_check import DriveCheck
 
@@ -202,9 +202,10 @@ class ControlLoop:
         self._commanding = False  # a command went out since the last stop command
         self.time = LoopTime()  # the last state's instant, time that went back
         self._restart_reference = False  # states went stale: the next one restarts it
-        companion = Node(f"{node.get_name()}_control_loop", namespace=node.get_namespace(),
-                         context=node.context, use_global_arguments=False,
-                         start_parameter_services=False, enable_rosout=False)
+        self._companion = companion = Node(
+            f"{node.get_name()}_control_loop", namespace=node.get_namespace(),
+            context=node.context, use_global_arguments=False, start_parameter_services=False,
+            enable_rosout=False)
         self.effort_pub = companion.create_publisher(
             Float64MultiArray, node.resolve_topic_name("~/effort_commands"), 100)
         self.state_sub = companion.create_subscription(
@@ -223,6 +224,14 @@ class ControlLoop:
         self._spin.stop(destroy=False)
 
     # ------------------------------------------------------------------ for the other parts
+
+    def publisher(self, msg_type: type, topic: str, depth: int = 10) -> ListenedPublisher:
+        """A publisher of the node's ``topic`` (resolved as the node resolves it: its
+        namespace, name and remappings) for what goes out per state from the loop's thread,
+        which skips the messages nobody subscribes to (``runtime.ListenedPublisher``: ask it
+        ``listened()`` before filling one). Held by the loop's companion, as the commands'."""
+        return ListenedPublisher(self._companion.create_publisher(
+            msg_type, self.node.resolve_topic_name(topic), depth))
 
     @property
     def controller(self) -> JointController | None:
