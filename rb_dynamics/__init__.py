@@ -8,7 +8,10 @@ The packages, each importing only those below it (``.importlinter``, test/test_l
   action, the dynamics and payload services), ``ros.simulator_node``, and what both share.
 - ``control``: the control law, trajectories, effort limits, feasibility (no ROS).
 - ``simulation``: integrators, the simulator, joint drives (no ROS).
-- ``identification``: learning dynamics from data: payloads (no ROS).
+- ``identification``: learning dynamics from data: the arm's inertial parameters, armature
+  and friction from an excitation it planned, and payloads (no ROS).
+- ``sensing``: what a driver's joint sensors report (noise, offset, quantisation, delays),
+  shared by the simulator and synthetic recordings (no ROS).
 - ``dynamics``: the algorithms on a model: the reference, the generated kernels, payload terms,
   constraints.
 - ``model``: spatial algebra, joint models, the kinematic tree, the URDF reader, input checks.

@@ -47,7 +47,7 @@ def test_main_job_on_the_bundled_arm(tmp_path):
 
 @pytest.mark.parametrize("robot", ["panda"])
 def test_closed_loop_tracks_a_smooth_trajectory_across_processes(tmp_path, robot):
-    """Issue 6: computed torque over topics on panda, a 5 s trajectory, RMS error ≤ 1e-3 rad."""
+    """Computed torque over topics on panda, a 5 s trajectory, RMS error ≤ 1e-3 rad."""
     urdf = Path(robots_dir(), REAL_ROBOTS[robot][0])
     report = _run(tmp_path, "--urdf", str(urdf), "--duration", "5")
     assert max(report["rms_error_rad"].values()) <= 1e-3, report["rms_error_rad"]

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Issue 19 across processes: the simulator carries a payload the control node is not told about;
+"""Across processes: the simulator carries a payload the control node is not told about;
 the arm sags; ~/identify_payload on the control node estimates it from the simulated resting
 efforts (with noise) and applying it removes the sag. And ~/set_payload during a 1 kHz loop
 switches the commands between two consecutive ones, never a mix, costing the loop no more than
