@@ -203,7 +203,7 @@ def test_each_reaction_ends_the_goal_and_holds_until_reset(tmp_path, reaction):
     client = ActionClient(loop.sim.peer.node, FollowJointTrajectory,
                           f"/{loop.control.name}/follow_joint_trajectory")
     try:
-        assert client.wait_for_server(timeout_sec=30.0), loop.logs()
+        assert loop.sim.peer.wait_for(client.server_is_ready, 30.0), loop.logs()
 
         # (long enough to be running when the push lands: the loop runs on during the
         # handshake)

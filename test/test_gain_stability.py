@@ -178,7 +178,7 @@ def test_a_node_does_not_command_with_gains_its_driver_rate_cannot_take(tmp_path
         assert len(commands) == stopped, node.output()
         client = ActionClient(node.peer.node, FollowJointTrajectory,
                               f"/{node.name}/follow_joint_trajectory")
-        assert client.wait_for_server(timeout_sec=30.0)
+        assert node.wait_for(client.server_is_ready, 30.0)
         goal = FollowJointTrajectory.Goal()
         goal.trajectory.joint_names = list(joints)
         point = JointTrajectoryPoint(positions=[float(x) for x in q + 0.1])

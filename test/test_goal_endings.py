@@ -69,7 +69,7 @@ class Goals:
         self.node = node
         self.client = ActionClient(node.peer.node, FollowJointTrajectory,
                                    f"/{node.name}/follow_joint_trajectory")
-        assert self.client.wait_for_server(timeout_sec=30.0), node.output()
+        assert node.wait_for(self.client.server_is_ready, 30.0), node.output()
 
     def accepted(self, goal: FollowJointTrajectory.Goal):
         """Send ``goal``; the result's future once it is accepted."""

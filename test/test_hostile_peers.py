@@ -62,7 +62,7 @@ def _goal_outcome(node, goal, timeout: float = 60.0) -> tuple[str, str, float]:
 
     client = ActionClient(node.peer.node, FollowJointTrajectory,
                           f"/{node.name}/follow_joint_trajectory")
-    assert client.wait_for_server(timeout_sec=30.0), node.output()
+    assert node.wait_for(client.server_is_ready, 30.0), node.output()
     began = time.monotonic()
     sent = client.send_goal_async(goal)
     assert node.wait_for(sent.done, timeout), node.output()
@@ -294,7 +294,7 @@ def _node_running_a_goal(tmp_path, name: str):
         stream = node.stream_states(JOINTS, HELD, 0.005)
         client = ActionClient(node.peer.node, FollowJointTrajectory,
                               f"/{node.name}/follow_joint_trajectory")
-        assert client.wait_for_server(timeout_sec=30.0), node.output()
+        assert node.wait_for(client.server_is_ready, 30.0), node.output()
         goal = FollowJointTrajectory.Goal()
         goal.trajectory.joint_names = list(JOINTS)
         point = JointTrajectoryPoint(positions=[float(x) for x in HELD + 0.2],

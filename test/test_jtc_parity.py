@@ -104,7 +104,7 @@ class Single:
                                        **params})
         self.client = ActionClient(self.node.peer.node, FollowJointTrajectory,
                                    f"/{self.node.name}/follow_joint_trajectory")
-        assert self.client.wait_for_server(timeout_sec=30.0), self.node.output()
+        assert self.node.wait_for(self.client.server_is_ready, 30.0), self.node.output()
 
     def command(self, q, v=None) -> np.ndarray:
         answer = self.node.command_after(JOINTS, q, np.zeros(6) if v is None else v)

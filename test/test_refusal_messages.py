@@ -53,7 +53,7 @@ def test_a_goal_after_shutdown_is_told_the_node_is_finalized(tmp_path):
         assert node.command_after(JOINTS, np.zeros(len(JOINTS))) is not None, node.output()
         client = ActionClient(node.peer.node, FollowJointTrajectory,
                               f"/{node.name}/follow_joint_trajectory")
-        assert client.wait_for_server(timeout_sec=30.0), node.output()
+        assert node.wait_for(client.server_is_ready, 30.0), node.output()
         request = ChangeState.Request(transition=Transition(
             id=Transition.TRANSITION_ACTIVE_SHUTDOWN))
         assert node.call(ChangeState, "~/change_state", request).success

@@ -1,9 +1,13 @@
 # SPDX-License-Identifier: Apache-2.0
 """What the simulated arm does once the control node stops commanding, across processes: the
-bundled arm in rb_simulator (1 kHz at half real time, the node on its clock; an effort command
-held for ever, as ros2_controllers' forward controller holds it), the control node following a
-goal, and then a cancel, a deactivation, a killed state publisher (the states stop reaching the
-node) or a shutdown, mid-motion. The figure is each joint's largest drift over the following second.
+bundled arm in rb_simulator (1 kHz steps in lock-step with the node's commands, the node on its
+clock; once the commands stop, the simulator runs on by itself at half real time after
+``lockstep_timeout``; an effort command held for ever, as ros2_controllers' forward controller
+holds it), the control node following a goal, and then a cancel, a deactivation, a killed state
+publisher (the states stop reaching the node) or a shutdown, mid-motion. The figure is each
+joint's largest drift over the following second of simulated time. Lock-step: the relay through
+this process costs no simulated time, however busy the machine (free-running, a loaded machine
+delayed the relayed states past the node's 0.1 s ``state_timeout`` and the arm fell mid-goal).
 
 With the default stop command (gravity at the last measured pose) the arm stays within a few
 centiradians; with ``zero`` it falls and with ``none`` the last control command drives it
@@ -48,9 +52,10 @@ class Rig:
         self.sim = Session("rb_dynamics.ros.simulator_node", tmp, {
             "urdf_path": str(DEFAULT_URDF), "initial_positions": q0.tolist(),
             "publish_rate": 500.0, "time_step": 0.001, "command_timeout": 1.0e6,
-            # half real time, on the simulator's clock: the relay through this process and
-            # the node keep up on a loaded machine, and every duration is simulated time
-            "real_time_factor": 0.5, "publish_clock": True},
+            # a step per command while the node commands; 3 s (wall) after its last one, on
+            # by itself at half real time; every duration is simulated time
+            "lockstep": True, "lockstep_timeout": 3.0, "real_time_factor": 0.5,
+            "publish_clock": True},
             "-r", "joint_states:=/stop_rig/sim_states", name=SIM, shared=True)
         self.node = Session("rb_dynamics.ros.control_node", tmp, {
             "urdf_path": str(DEFAULT_URDF), "mode": "computed_torque", "kp": [400.0],
@@ -75,7 +80,7 @@ class Rig:
         node.create_subscription(JointState, "/stop_rig/sim_states", on_state, 100)
         self.client = ActionClient(node, FollowJointTrajectory,
                                    f"/{CONTROL}/follow_joint_trajectory")
-        assert self.client.wait_for_server(timeout_sec=30.0), self.node.output()
+        assert self.peer.wait_for(self.client.server_is_ready, 30.0), self.node.output()
         assert self.peer.wait_for(lambda: len(self.samples) > 100, 30.0)
 
     def q(self) -> np.ndarray:

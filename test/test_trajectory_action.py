@@ -107,7 +107,7 @@ class ClosedLoop:
         self.client = ActionClient(n, FollowJointTrajectory, "/rb_dynamics/follow_joint_trajectory")
         self.params = n.create_client(SetParameters, "/rb_dynamics/set_parameters")
         pause = n.create_client(SetBool, "/rb_simulator/pause")
-        assert self.client.wait_for_server(timeout_sec=30.0), self.output()
+        assert self.peer.wait_for(self.client.server_is_ready, 30.0), self.output()
         # the server's feedback and status writers are known here too (a goal's first
         # feedback would otherwise be lost)
         action = "/rb_dynamics/follow_joint_trajectory/_action/"

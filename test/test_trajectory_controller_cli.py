@@ -142,7 +142,7 @@ def test_lifecycle_as_in_the_docs_stops_efforts_and_aborts_the_goal(tmp_path):
     try:
         assert driver.peer.wait_for(lambda: len(driver.commands) > 10, 20.0), node.output()
         _lifecycle(node, get, "active [3]")
-        assert driver.client.wait_for_server(timeout_sec=10.0)
+        assert driver.peer.wait_for(driver.client.server_is_ready, 10.0)
         action = "/rb_dynamics/follow_joint_trajectory/_action/"
         assert driver.peer.wait_for(lambda: all(driver.peer.node.count_publishers(
             action + topic) for topic in ("feedback", "status")), 10.0)
