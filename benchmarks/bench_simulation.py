@@ -9,7 +9,7 @@ points, serialising the answer, and the client's deserialisation.
 
     python benchmarks/bench_simulation.py [--seconds 2] [--json out.json]
 
-Targets (issue 17): semi-implicit Euler ≥ 100× real time (≤ 10 µs per step), RK4 ≥ 30× (≤ 33 µs
+Targets: semi-implicit Euler ≥ 100× real time (≤ 10 µs per step), RK4 ≥ 30× (≤ 33 µs
 per step); ~/simulate 5 s at 1 ms answered in ≤ 0.1 s (constant efforts or computed torque).
 """
 

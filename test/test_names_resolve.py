@@ -15,7 +15,10 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SUFFIXES = (".py", ".md", ".rst", ".c", ".sh", ".yaml", ".cfg", ".toml", ".txt", ".xml")
+SUFFIXES = (".py", ".md", ".rst", ".c", ".sh", ".yaml", ".cfg", ".toml", ".txt", ".xml", ".msg",
+            ".srv", ".action")
+# files named without a suffix of their own
+NAMED = ("Makefile", ".importlinter")
 # a dotted name that is a file's name (config/rb_dynamics.yaml, rb_dynamics.launch.py)
 FILE_ENDINGS = {"yaml", "py", "launch", "urdf", "json", "png", "log", "xml", "md", "txt", "c",
                 "xacro", "mcap", "db3"}
@@ -27,7 +30,7 @@ def _repository_files() -> list[Path]:
     listed = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
                             check=True).stdout.split()
     return [ROOT / name for name in listed
-            if name.endswith(SUFFIXES) or Path(name).name == "Makefile"]
+            if name.endswith(SUFFIXES) or Path(name).name in NAMED]
 
 
 @functools.cache
