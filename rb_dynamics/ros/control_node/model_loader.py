@@ -59,8 +59,9 @@ class ModelLoader:
     """
 
     def __init__(self, node: Node, loop: ControlLoop, build_controller: BuildController,
-                 installed: Installed) -> None:
+                 installed: Installed, parameter_value: Callable[[str], Any]) -> None:
         self.node, self.loop = node, loop
+        self.parameter_value = parameter_value  # the value the last accepted change set
         self.build_controller, self.installed = build_controller, installed
         self.model: Model | None = None
         self.dynamics: LiveDynamics | None = None
@@ -71,7 +72,7 @@ class ModelLoader:
         # (overlay, origin) given by ~/set_dynamics_overlay (the parameter's file is then no
         # longer read); None: the parameter's
         self._given: tuple[DynamicsOverlay | None, str] | None = None
-        self._swap = threading.Lock()  # one model or overlay swap at a time
+        self._swap = threading.RLock()  # one model or overlay swap at a time
         self.overlay_changed: Callable[[Model], None] = lambda model: None
         self.refused = ""  # why the last description was refused, until one is taken
         self._retry: tuple[str, str] | None = None  # refused for its gains: tried again
@@ -89,6 +90,12 @@ class ModelLoader:
 
     def stop(self) -> None:
         self._worker.stop()
+
+    @property
+    def swap_lock(self) -> threading.RLock:
+        """Held while a model or an overlay is built and swapped in: a parameter change held
+        it while it is checked and set, no controller is built or installed in between."""
+        return self._swap
 
     def retry(self, changes: dict[str, Any]) -> None:
         """Build again a description refused for its gains, with ``changes`` (parameter values
@@ -173,7 +180,7 @@ class ModelLoader:
             controller = self.loop.controller  # replaced only under ``_swap``
             # impedance's derived gains follow the inertia the overlay gives
             gains = {} if controller is None else impedance_gains(
-                controller, lambda name: self.node.get_parameter(name).value, dynamics)
+                controller, self.parameter_value, dynamics)
             with self.loop.lock:
                 if controller is not None:
                     _check_swap(controller, dynamics, gains, self.loop.stability.loop_period)

@@ -121,7 +121,7 @@ class ControlNode(LifecycleNode):
         self.loop.stop_command = settings["stop_command"]
         self.loop.drive_check.enabled = settings["drive.check_at_start"]
         self.model_loader = ModelLoader(self, self.loop, self._build_controller,
-                                        self._installed)
+                                        self._installed, self.parameter_value)
         self.trajectory_action = TrajectoryAction(self, self.loop, self._state,
                                                   self._has_model)
         self.trajectory_topic = TrajectoryTopic(self, self.loop, self._state,
@@ -138,6 +138,8 @@ class ControlNode(LifecycleNode):
                                              **self.payload.diagnostic_values()})
         self.contact = ContactMonitor(self, self.loop)
         self.cartesian = CartesianMode(self, self.loop, self._state)
+        # name → value of every change accepted (under the loop's lock)
+        self._accepted: dict[str, Any] = {}
         self.add_on_set_parameters_callback(self._on_set_parameters)
         refuse_invalid_transitions(self)
         self.model_loader.follow_sources()
@@ -177,7 +179,7 @@ class ControlNode(LifecycleNode):
         """The controller for ``model`` with the current parameters (``changes``: values being
         set right now), or None when there is nothing to command."""
         def value(name: str) -> Any:
-            return changes.get(name, self.get_parameter(name).value)
+            return changes[name] if name in changes else self.parameter_value(name)
 
         if self.get_parameter("floating_base").value or not model.actuated_joint_names:
             return None
@@ -252,21 +254,34 @@ class ControlNode(LifecycleNode):
         loop's lock. A refused change changes nothing; the control loop sees all of an
         accepted one or none of it. (rclpy stores the values once this has returned.)"""
         changes = {p.name: p.value for p in parameters}
-        try:  # the law's first: its refusal is the one told when several parts refuse
-            applies = [validate(changes) for validate in (
-                self._validate_law, self.cartesian.validate_parameters,
-                self.contact.validate_parameters, self.trajectory_action.parameters.validate)]
-        except ValueError as exc:
-            self.get_logger().warning(f"parameter change refused: {exc}")
-            return SetParametersResult(successful=False, reason=str(exc))
-        # set in reverse, the law's last: a description it retries (on the model loader's
-        # thread) is built with every other part's new settings
-        applies = [apply for apply in reversed(applies) if apply is not None]
-        if applies:
+        # no model or overlay is swapped in while the change is checked against the
+        # controller and set on it (a controller built meanwhile would have the values
+        # before the change, and the change would go to the one it replaced)
+        with self.model_loader.swap_lock:
+            try:  # the law's first: its refusal is the one told when several parts refuse
+                applies = [validate(changes) for validate in (
+                    self._validate_law, self.cartesian.validate_parameters,
+                    self.contact.validate_parameters,
+                    self.trajectory_action.parameters.validate)]
+            except ValueError as exc:
+                self.get_logger().warning(f"parameter change refused: {exc}")
+                return SetParametersResult(successful=False, reason=str(exc))
             with self.loop.lock:
-                for apply in applies:
-                    apply()
+                # set in reverse, the law's last: a description it retries (on the model
+                # loader's thread) is built with every other part's new settings
+                for apply in reversed(applies):
+                    if apply is not None:
+                        apply()
+                self._accepted.update(changes)
         return SetParametersResult(successful=True)
+
+    def parameter_value(self, name: str) -> Any:
+        """A parameter's value as the node's parts must read it off the executor's thread:
+        the last accepted change's (rclpy stores it only after ``_on_set_parameters``
+        returns), else rclpy's."""
+        if name in self._accepted:
+            return self._accepted[name]
+        return self.get_parameter(name).value
 
     def _validate_law(self, changes: Mapping[str, Any]) -> Callable[[], None] | None:
         """This class's parameters among ``changes`` (name → value: the control law's, the
