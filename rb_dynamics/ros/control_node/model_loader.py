@@ -93,8 +93,9 @@ class ModelLoader:
 
     @property
     def swap_lock(self) -> threading.RLock:
-        """Held while a model or an overlay is built and swapped in: a parameter change held
-        it while it is checked and set, no controller is built or installed in between."""
+        """Held while a model or an overlay is built and swapped in. A parameter change holds
+        it while the change is checked and set, so no controller is built or installed in
+        between (re-entrant: the loader's own thread may set parameters while it holds it)."""
         return self._swap
 
     def retry(self, changes: dict[str, Any]) -> None:
