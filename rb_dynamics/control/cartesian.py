@@ -262,6 +262,14 @@ class CartesianImpedance:
         self.posture = posture
         self._posture_given = True
 
+    def take_settings(self, other: CartesianImpedance) -> None:
+        """``other``'s gains, limits and given posture (a law checked for the same link); the
+        target and goal stay."""
+        self.set_gains(other.gains)
+        self.set_limits(other.threshold, other.max_linear_rate, other.max_angular_rate)
+        if other.posture is not None:
+            self.set_posture(other.posture)
+
     # ------------------------------------------------------------------ target
     def pose(self, q: np.ndarray) -> np.ndarray:
         """The link's 4×4 pose in the base frame at ``q``."""

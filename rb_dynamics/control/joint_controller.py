@@ -309,6 +309,24 @@ class JointController:
         """The Cartesian law of ``cartesian_impedance`` (None: none for this model)."""
         self.law.cartesian = cartesian
 
+    def tune_cartesian(self, candidate: CartesianLaw) -> bool:
+        """``candidate``'s settings on the running Cartesian law when it drives the same link
+        (its target stays), else ``candidate`` in its place; whether it took the place."""
+        running = self.law.cartesian
+        if running is None or running.link != candidate.link:
+            self.law.cartesian = candidate
+            return True
+        running.take_settings(candidate)
+        return False
+
+    def set_cartesian_target(self, pose: np.ndarray) -> bool:
+        """The Cartesian law's target ``pose`` (4×4, the law's checks); False when there is
+        no Cartesian law to take it."""
+        if self.law.cartesian is None:
+            return False
+        self.law.cartesian.set_target(pose)
+        return True
+
     def swap_dynamics(self, dynamics: Dynamics) -> None:
         """Compute with ``dynamics`` from the next effort on: the dynamics of the same robot
         with other joint dynamics (a dynamics overlay: armature, friction, effort offset); the
@@ -350,6 +368,14 @@ class JointController:
             return False
         self.trajectory = None
         return True
+
+    def restart_after_time_jump(self) -> None:
+        """Time went back (a simulation reset, a bag replayed): hold where the arm will be
+        measured, the integral and the velocity estimate start again (their past is at
+        instants that no longer come)."""
+        self.state_reader.missing_velocity.estimator.reset()
+        self.hold()
+        self.reset_integral()
 
     def refuse_references(self, reason: str) -> None:
         """New references are refused saying ``reason`` (a latched collision); "": taken."""

@@ -87,8 +87,13 @@ class CartesianLaw(Protocol):
     payload: PayloadEffort | None
     friction_compensation: bool
     target: np.ndarray | None
+    link: str
 
     def hold(self, q: np.ndarray) -> None: ...
+
+    def set_target(self, pose: np.ndarray) -> None: ...
+
+    def take_settings(self, other: CartesianLaw) -> None: ...
 
     def forget_goal(self) -> None: ...
 

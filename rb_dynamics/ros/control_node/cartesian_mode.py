@@ -165,8 +165,7 @@ class CartesianMode:
                                           "come yet")
                 T = link_pose(model, controller.q, frame) @ T
             with self.loop.lock:
-                if self.loop.controller is controller and controller.law.cartesian is not None:
-                    controller.law.cartesian.set_target(T)
+                if self.loop.controller is controller and controller.set_cartesian_target(T):
                     self.targets += 1
         except (ControllerError, ValueError) as exc:
             # throttled per reason (its first clause), not per value
@@ -206,17 +205,8 @@ class CartesianMode:
     def _apply(self, controller: JointController, candidate: CartesianImpedance) -> None:
         """The checked law's settings on the running one (same link: the target stays), or
         the candidate in its place (under the loop's lock)."""
-        running = controller.law.cartesian
-        if running is None or running.link != candidate.link:
-            controller.set_cartesian(candidate)
+        if controller.tune_cartesian(candidate):
             self.problem = ""
-            self.loop.stability.recheck()
-            return
-        running.set_gains(candidate.gains)
-        running.set_limits(candidate.threshold, candidate.max_linear_rate,
-                           candidate.max_angular_rate)
-        if candidate.posture is not None:
-            running.set_posture(candidate.posture)
         self.loop.stability.recheck()
 
     # ------------------------------------------------------------------ outputs

@@ -310,10 +310,8 @@ class ControlLoop:
         if why := self.time.went_back(now_ns, state, simulated, controller.max_state_age):
             self.problem(why, "time went back")
             self._last_publish = -np.inf
-            controller.state_reader.missing_velocity.estimator.reset()
             self.fault("time", why, controller)
-            controller.hold()
-            controller.reset_integral()
+            controller.restart_after_time_jump()
             self._restart_reference = self._hold_reported = False
 
     def _refuse_unstable_gains(self, why: str, controller: JointController) -> None:
