@@ -286,13 +286,42 @@ def test_bad_recordings_are_refused_with_the_cause(arm_plan, tmp_path):
     out = tmp_path / "out"
     with pytest.raises(RecordingError, match=r"too short: \d whole period"):
         identify(text, short, plan.trajectory)
-    # the recording of another motion does not follow the plan
+    # the recording of another motion (sines and cosines swapped) does not follow the plan,
+    # nor does an arm that stood still
     other = FourierTrajectory(plan.trajectory.joints, plan.trajectory.period,
                               plan.trajectory.q0 + 0.5, plan.trajectory.b, plan.trajectory.a)
     with pytest.raises(RecordingError, match="does not follow the planned excitation"):
         identify(text, _recording(dataclasses.replace(plan, trajectory=other), model),
                  plan.trajectory)
+    still = np.tile(good.position[0], (len(good.stamps), 1)) + \
+        1e-4 * np.random.default_rng(3).standard_normal(good.position.shape)
+    with pytest.raises(RecordingError, match=r"correlates 0\.\d+ with the plan"):
+        identify(text, _recording(plan, model, position=still), plan.trajectory)
     assert not out.exists()
+
+
+def test_a_recording_that_repeats_the_excitation_off_the_plan_is_fitted(arm_plan):
+    """An arm whose model lacks its armature repeats the excitation with the wrist ranges
+    wrong and off-centre: what it recorded is what the fit fits (the plan only says where the
+    periods are), aligned where the plan starts, and ``execution`` says how far it was."""
+    text, model, _, plan = arm_plan
+    rng = np.random.default_rng(7)
+    true = perturbed_model(model, rng)
+    scale = np.array([1.0, 1.0, 1.0, 2.2, 0.4, 1.8])  # per joint: range recorded / planned
+    tr = plan.trajectory
+    executed = FourierTrajectory(tr.joints, tr.period, tr.q0 + np.r_[0, 0, 0, 0.3, -0.2, 0.4],
+                                 tr.a * scale[:, None], tr.b * scale[:, None])
+    recording, sigma = synthetic_recording(true, executed, 6, SensorModel(noise=0.05), rng)
+    ident = identify(text, recording, tr)
+    on_plan = identify(text, synthetic_recording(true, tr, 6, SensorModel(noise=0.05), rng)[0],
+                       tr)
+    assert abs(ident.data.start - on_plan.data.start) < 1e-9  # the same periods
+    np.testing.assert_allclose(ident.execution.range, scale, rtol=0.02)
+    true_sigma = np.sqrt(np.mean(sigma ** 2, axis=0))
+    assert np.all(ident.validation.rms <= 1.25 * true_sigma)
+    q = np.random.default_rng(1).uniform(-3, 3, (500, model.nq))
+    g_true = gravity(true, q)
+    assert np.abs(gravity(ident.model, q) - g_true).max() <= 0.01 * np.abs(g_true).max()
 
 
 def test_data_that_cannot_excite_the_parameters_name_the_combination(arm_plan):

@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """From a recording of a periodic excitation to the data a fit takes.
 
-1. ``align``: where the excitation starts in the recording (the plan's positions matched over
-   its first period), and how many whole periods follow;
+1. ``align``: where the excitation starts in the recording (the recorded motion correlated
+   with the plan's over its first period: the plan says where the periods are, the recording
+   what the arm did), and how many whole periods follow;
 2. ``periodic_data``: each period resampled on one grid of phases; the periods split into
    those fitted and those held out for validation; the fitted ones averaged phase by phase
    after dropping outliers (further than ``OUTLIER_SIGMAS`` noise σ from the median of the
@@ -19,7 +20,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,6 +31,7 @@ __all__ = [
     "LOCAL_WINDOW",
     "MAX_HOLE_SAMPLES",
     "MIN_COVERAGE",
+    "MIN_RESEMBLANCE",
     "OUTLIER_SIGMAS",
     "Execution",
     "LocalMotion",
@@ -46,6 +47,10 @@ OUTLIER_SIGMAS = 5.0
 LOCAL_WINDOW = 0.05  # s: the Savitzky–Golay window of the held-out periods' derivatives
 SCALE_WINDOW = 0.2  # s of phases over which the noise scale of the outlier test is averaged
 MIN_FIT_PERIODS = 2  # the noise comes from their spread
+# the least mean correlation of the recorded motion with the plan's over a period for the
+# recording to hold the excitation (an arm at rest, or doing something else, scores near 0; an
+# arm that over- or undershoots every joint's range still near 1)
+MIN_RESEMBLANCE = 0.5
 # states lost in a row inside the excitation that interpolation may bridge (a late sample, a
 # jittery clock); a longer hole is data that was never recorded
 MAX_HOLE_SAMPLES = 5
@@ -123,8 +128,15 @@ class PeriodicData:
 
 def align(recording: JointRecording, plan: FourierTrajectory) -> tuple[float, int]:
     """(start, periods): the time (s after the first stamp) where the recording's positions
-    best match the plan's first period, and how many whole periods fit after it. A
-    ``RecordingError`` when the recording holds no whole period matching the plan."""
+    move most like the plan's first period, and how many whole periods fit after it.
+
+    The plan tells where the periods are, not what the arm must have done: the match is the
+    correlation of each joint's recorded motion with its planned one (averaged over the joints
+    the plan moves), blind to offsets and to ranges under- or overshot — an arm whose model
+    misses its armature repeats the excitation with the wrong amplitude, and what it recorded
+    is what the fit fits (``execution`` says how far it was from the plan). A
+    ``RecordingError`` when the recording holds no whole period, or no motion that resembles
+    the plan (correlation under ``MIN_RESEMBLANCE``: the plan was not executed)."""
     T = plan.period
     if recording.duration < T:
         raise RecordingError(f"{recording.source}: too short: {recording.duration:.2f} s "
@@ -132,29 +144,42 @@ def align(recording: JointRecording, plan: FourierTrajectory) -> tuple[float, in
     probe = np.arange(0.0, T, 0.02)
     q_plan = plan.evaluate(probe)[0]
     spread = np.ptp(q_plan, axis=0)
-    scale = np.maximum(spread, max(1e-2 * spread.max(), 1e-3))
+    moved = spread >= 1e-2 * spread.max()  # the joints the plan moves
+    shape = q_plan[:, moved] - q_plan[:, moved].mean(axis=0)
+    shape /= np.linalg.norm(shape, axis=0)  # zero mean, unit norm: Σ w·shape is w's projection
 
-    def mismatch(start: float) -> float:
-        q = _resample(recording, start + probe, recording.position)[0]
-        return float(np.mean(((q - q_plan) / scale) ** 2))
+    def unlikeness(windows: np.ndarray) -> np.ndarray:
+        """1 − the mean correlation with the plan of each window (…, joints, len(probe))."""
+        centred = windows - windows.mean(axis=-1, keepdims=True)
+        norm = np.linalg.norm(centred, axis=-1)
+        projection = np.einsum("...jl,lj->...j", centred, shape)
+        correlation = np.where(norm > 1e-12, projection / np.maximum(norm, 1e-12), 0.0)
+        return 1.0 - correlation.mean(axis=-1)
+
+    def at(starts: np.ndarray) -> np.ndarray:
+        q = [_resample(recording, s + probe, recording.position)[0][:, moved] for s in starts]
+        return unlikeness(np.swapaxes(np.stack(q), 1, 2))
 
     # every start on a 20 ms grid at once (sliding windows), then to the sample near the best
-    grid = _resample(recording, np.arange(0.0, recording.duration, 0.02), recording.position)[0]
-    windows = np.lib.stride_tricks.sliding_window_view(grid, len(probe), axis=0)
-    costs = np.mean(((np.swapaxes(windows, 1, 2) - q_plan) / scale) ** 2, axis=(1, 2))
-    # the excitation repeats: the first start that matches as well as the best one
-    first = int(np.argmax(costs <= max(2.0 * costs.min(), costs.min() + 1e-4)))
+    grid = _resample(recording, np.arange(0.0, recording.duration, 0.02),
+                     recording.position)[0][:, moved]
+    costs = unlikeness(np.lib.stride_tricks.sliding_window_view(grid, len(probe), axis=0))
+    # the excitation repeats: the first start that matches as well as the best one (a lead-in
+    # or the first period's transient matches worse)
+    first = int(np.argmax(costs <= costs.min() + max(0.1 * costs.min(), 1e-4)))
     near = slice(max(first - 5, 0), first + 6)
     best = 0.02 * (near.start + float(np.argmin(costs[near])))
     fine = np.arange(max(best - 0.03, 0.0), min(best + 0.03, recording.duration - T) + 1e-12,
                      1.0 / max(recording.rate, 1.0))
     if len(fine):
-        best = float(fine[int(np.argmin([mismatch(s) for s in fine]))])
-    if mismatch(best) > 0.05:
+        fine_costs = at(fine)
+        best = float(fine[int(np.argmin(fine_costs))])
+    resemblance = 1.0 - float(at(np.array([best]))[0])
+    if resemblance < MIN_RESEMBLANCE:
         raise RecordingError(
             f"{recording.source}: the recorded motion does not follow the planned excitation "
-            f"(best match at {best:.2f} s leaves a relative RMS mismatch of "
-            f"{math.sqrt(mismatch(best)):.2f}); was the plan executed while recording?")
+            f"(its best match, at {best:.2f} s, correlates {resemblance:.2f} with the plan; "
+            f"at least {MIN_RESEMBLANCE:g} needed); was the plan executed while recording?")
     periods = int(np.floor((recording.duration - best) / T + 1e-9))
     return best, periods
 
