@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from rcl_interfaces.srv import GetParameters
 from ros_harness import Session, close_all, fresh_name
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
@@ -41,6 +42,7 @@ from rb_dynamics.model import (
     write_overlay,
 )
 from rb_dynamics.ros.identification import main
+from rb_dynamics.ros.identification.rounds import effort_uncertainty
 from rb_dynamics_interfaces.srv import InverseDynamics
 
 CLI = [sys.executable, "-m", "rb_dynamics.ros.identification"]
@@ -315,8 +317,16 @@ def test_run_identifies_in_rounds_and_loads_each_result_into_the_controller(tmp_
         print("\n" + ran.stdout)
         assert ran.returncode == 0, ran.stdout + ran.stderr + control.output()[-3000:]
         log = control.output()
+        # the collision thresholds take the model the node holds: its validation RMS per joint
+        held = control.call(GetParameters, "~/get_parameters", GetParameters.Request(
+            names=["contact.effort_uncertainty"]), timeout=30).values[0].double_array_value
     finally:
         close_all(control, sim)
+    best = json.loads((out / "rounds.json").read_text())["best"]
+    sigma = effort_uncertainty(out / f"round{best}")
+    assert list(held) == [sigma[j] for j in true.actuated_joint_names], (list(held), sigma)
+    assert all(s > 0.0 for s in sigma.values()), sigma
+    assert "contact.effort_uncertainty (the validation RMS):" in ran.stderr
     assert "condition number" in ran.stdout and "plan: condition" in ran.stderr
     followed = ran.stdout[ran.stdout.index("followed ("):]  # send's report of the first goal
     assert all(name in followed for name in true.actuated_joint_names), ran.stdout

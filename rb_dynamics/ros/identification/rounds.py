@@ -18,7 +18,11 @@ lists every round's figures.
 
 That the controller took the result is checked, not assumed: its ``~/inverse_dynamics`` must
 answer as the identified model does (a node given its description as a parameter, or carrying
-a payload, does not, and the run stops saying so).
+a payload, does not, and the run stops saying so). Its collision thresholds then take the
+identified model's effort uncertainty: ``contact.effort_uncertainty`` is set to the fit's
+validation RMS per joint (what the identified model leaves unexplained on a held-out period,
+noise included), so that contact detection on the identified arm is as sensitive as its model
+is good.
 """
 
 from __future__ import annotations
@@ -180,7 +184,8 @@ def load_into_controller(folder: Path, *, node: str, description_topic: str,
 
     urdf_text = (folder / "identified.urdf").read_text()
     overlay_text = (folder / "overlay.yaml").read_text()
-    expected = _expected_answer(load_model(urdf_text), read_overlay(folder / "overlay.yaml"))
+    model = load_model(urdf_text)
+    expected = _expected_answer(model, read_overlay(folder / "overlay.yaml"))
     rclpy.init()
     ros = rclpy.create_node("rb_dynamics_identify_run")
     try:
@@ -209,7 +214,7 @@ def load_into_controller(folder: Path, *, node: str, description_topic: str,
             if answer.success and list(answer.joint_names) == names:
                 mine = np.column_stack([answer.efforts, answer.gravity])
                 if np.abs(mine - want).max() <= MATCH_TOLERANCE * max(1.0, np.abs(want).max()):
-                    return
+                    break
             if time.monotonic() > deadline:
                 said = (f"its inverse dynamics {list(answer.efforts)}, the model's "
                         f"{efforts.tolist()}" if answer.success else answer.message)
@@ -219,9 +224,44 @@ def load_into_controller(folder: Path, *, node: str, description_topic: str,
                     "robot_description parameter does not take the topic's, and a payload "
                     "changes its answers")
             rclpy.spin_once(ros, timeout_sec=0.2)
+        _set_effort_uncertainty(ros, node, list(model.actuated_joint_names),
+                                effort_uncertainty(folder), deadline, say)
     finally:
         ros.destroy_node()
         rclpy.try_shutdown()
+
+
+def effort_uncertainty(folder: Path) -> dict[str, float]:
+    """Per identified joint, the identified model's effort uncertainty (1σ, N·m or N): the
+    validation RMS in ``folder``'s ``report.json`` of the fit the URDF carries (the consistent
+    one when there is one)."""
+    report = json.loads((folder / "report.json").read_text())
+    validation = (report.get("consistent") or report)["validation"]
+    return dict(zip(report["joints"], (float(x) for x in validation["rms"])))
+
+
+def _set_effort_uncertainty(ros, node: str, joints: list[str], sigma: dict[str, float],
+                            deadline: float, say: Callable[[str], None]) -> None:
+    """``contact.effort_uncertainty`` of ``node``: ``sigma`` for each of its commanded joints
+    (its ``joints`` parameter; when empty, ``joints``: the model's actuated joints), 0 for a
+    joint the identification did not cover. LoadError when the node refuses it."""
+    from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
+    from rcl_interfaces.srv import GetParameters, SetParameters
+
+    got = _call(ros, ros.create_client(GetParameters, f"{node}/get_parameters"),
+                GetParameters.Request(names=["joints"]), deadline)
+    commanded = list(got.values[0].string_array_value) if got.values else []
+    order = commanded or joints
+    values = [sigma.get(j, 0.0) for j in order]
+    parameter = Parameter(name="contact.effort_uncertainty", value=ParameterValue(
+        type=ParameterType.PARAMETER_DOUBLE_ARRAY, double_array_value=values))
+    answer = _call(ros, ros.create_client(SetParameters, f"{node}/set_parameters"),
+                   SetParameters.Request(parameters=[parameter]), deadline)
+    if not answer.results or not answer.results[0].successful:
+        reason = answer.results[0].reason if answer.results else "no answer"
+        raise LoadError(f"{node} refused contact.effort_uncertainty {values}: {reason}")
+    say("contact.effort_uncertainty (the validation RMS): " +
+        ", ".join(f"{j} {v:.3g}" for j, v in zip(order, values)))
 
 
 def _expected_answer(model, overlay):
