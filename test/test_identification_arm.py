@@ -297,6 +297,11 @@ def test_bad_recordings_are_refused_with_the_cause(arm_plan, tmp_path):
         1e-4 * np.random.default_rng(3).standard_normal(good.position.shape)
     with pytest.raises(RecordingError, match=r"correlates 0\.\d+ with the plan"):
         identify(text, _recording(plan, model, position=still), plan.trajectory)
+    # a plan file whose coefficients are all zero
+    idle = FourierTrajectory(plan.trajectory.joints, plan.trajectory.period,
+                             plan.trajectory.q0, 0 * plan.trajectory.a, 0 * plan.trajectory.b)
+    with pytest.raises(RecordingError, match="the plan moves no joint"):
+        identify(text, good, idle)
     assert not out.exists()
 
 

@@ -144,6 +144,9 @@ def align(recording: JointRecording, plan: FourierTrajectory) -> tuple[float, in
     probe = np.arange(0.0, T, 0.02)
     q_plan = plan.evaluate(probe)[0]
     spread = np.ptp(q_plan, axis=0)
+    if not spread.max() > 1e-9:
+        raise RecordingError(f"{recording.source}: the plan moves no joint (every Fourier "
+                             "coefficient zero): there is no excitation to find")
     moved = spread >= 1e-2 * spread.max()  # the joints the plan moves
     shape = q_plan[:, moved] - q_plan[:, moved].mean(axis=0)
     shape /= np.linalg.norm(shape, axis=0)  # zero mean, unit norm: Σ w·shape is w's projection
