@@ -144,12 +144,23 @@ def test_an_effort_is_clamped_in_one_place():
     assert not offenders, "clamp_effort, not a clamp of its own:\n" + "\n".join(offenders)
 
 
+def _is_a_controller(node: ast.expr) -> bool:
+    return (isinstance(node, ast.Attribute) and "controller" in node.attr.lower()) or \
+        (isinstance(node, ast.Name) and "controller" in node.id.lower())
+
+
 def _through_a_controller(node: ast.expr) -> bool:
-    while isinstance(node, (ast.Attribute, ast.Subscript)):
-        if isinstance(node, ast.Attribute) and "controller" in node.attr.lower():
-            return True
+    while not _is_a_controller(node) and isinstance(node, (ast.Attribute, ast.Subscript)):
         node = node.value
-    return isinstance(node, ast.Name) and "controller" in node.id.lower()
+    return _is_a_controller(node)
+
+
+def _outside_the_controller(find) -> list[str]:
+    """"module:line: code" for each node ``find(tree)`` returns in the modules but the
+    controller's own."""
+    return [f"{path.relative_to(PACKAGE).as_posix()}:{found.lineno}: {ast.unparse(found)}"
+            for path in _modules() if path != CONTROLLER_MODULE
+            for found in find(ast.parse(path.read_text()))]
 
 
 def _controller_writes(tree: ast.Module) -> list[ast.Attribute]:
@@ -176,9 +187,7 @@ def _controller_writes(tree: ast.Module) -> list[ast.Attribute]:
 def test_only_the_controller_writes_its_state():
     """``JointController`` owns its reference, settings and law: the node's parts call its
     operations (follow, hold, configure, …), none assigns its fields."""
-    offenders = [f"{path.relative_to(PACKAGE).as_posix()}:{write.lineno}: {ast.unparse(write)}"
-                 for path in _modules() if path != CONTROLLER_MODULE
-                 for write in _controller_writes(ast.parse(path.read_text()))]
+    offenders = _outside_the_controller(_controller_writes)
     assert not offenders, "written from outside JointController:\n" + "\n".join(offenders)
 
 
@@ -203,11 +212,6 @@ CONTROLLER_QUERIES = {"model_order", "gravity", "gravity_effort", "joint_effort"
                       "neutral_configuration", "copy"}
 
 
-def _is_a_controller(node: ast.expr) -> bool:
-    return (isinstance(node, ast.Attribute) and "controller" in node.attr.lower()) or \
-        (isinstance(node, ast.Name) and "controller" in node.id.lower())
-
-
 def _calls_on_controller_parts(tree: ast.Module) -> list[ast.Attribute]:
     """Calls of a method of an object the controller holds (``controller.law.x.f()``),
     questions (``CONTROLLER_QUERIES``) excepted: the controller's own operations say what
@@ -220,9 +224,7 @@ def _calls_on_controller_parts(tree: ast.Module) -> list[ast.Attribute]:
 
 
 def test_the_controllers_parts_are_changed_through_its_operations():
-    offenders = [f"{path.relative_to(PACKAGE).as_posix()}:{call.lineno}: {ast.unparse(call)}"
-                 for path in _modules() if path != CONTROLLER_MODULE
-                 for call in _calls_on_controller_parts(ast.parse(path.read_text()))]
+    offenders = _outside_the_controller(_calls_on_controller_parts)
     assert not offenders, "a controller's part changed from outside it:\n" + "\n".join(offenders)
 
 
