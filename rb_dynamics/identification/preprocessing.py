@@ -171,13 +171,15 @@ def align(recording: JointRecording, plan: FourierTrajectory) -> tuple[float, in
     # or the first period's transient matches worse)
     first = int(np.argmax(costs <= costs.min() + max(0.1 * costs.min(), 1e-4)))
     near = slice(max(first - 5, 0), first + 6)
-    best = 0.02 * (near.start + float(np.argmin(costs[near])))
+    k = near.start + int(np.argmin(costs[near]))
+    best, cost = 0.02 * k, float(costs[k])
     fine = np.arange(max(best - 0.03, 0.0), min(best + 0.03, recording.duration - T) + 1e-12,
                      1.0 / max(recording.rate, 1.0))
     if len(fine):
         fine_costs = at(fine)
-        best = float(fine[int(np.argmin(fine_costs))])
-    resemblance = 1.0 - float(at(np.array([best]))[0])
+        k = int(np.argmin(fine_costs))
+        best, cost = float(fine[k]), float(fine_costs[k])
+    resemblance = 1.0 - cost
     if resemblance < MIN_RESEMBLANCE:
         raise RecordingError(
             f"{recording.source}: the recorded motion does not follow the planned excitation "
